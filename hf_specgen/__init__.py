@@ -1,0 +1,15 @@
+"""hf_specgen: fast, exact speculative decoding for Hugging Face transformers' generate()."""
+
+from .config import SPECULATIVE_MODES, SpeculativeConfig
+from .engine.loop import SpeculativeGenerateOutput
+from .engine.stats import SpeculativeStats
+from .loading import load_drafter
+from .mixin import SpecGenMixin, enable
+from .models.dflash import DFlashDraftModel
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "SPECULATIVE_MODES", "SpeculativeConfig", "SpeculativeGenerateOutput", "SpeculativeStats", "load_drafter",
+    "SpecGenMixin", "enable", "DFlashDraftModel", "__version__",
+]

@@ -1,0 +1,1 @@
+"""Proposers: turn the committed sequence into a block to verify."""

@@ -1,0 +1,98 @@
+"""DFlash proposer: drafts a whole block in one drafter forward, conditioned on the target's hidden states.
+
+Round r, with ``start`` = slot of the last committed token and W = block size:
+  1. context rows not yet in the drafter cache (the prompt in round 1, else the W rows of the previous
+     verify, of which the committed ones are valid) are projected and appended to the drafter cache;
+  2. the block [token at start, mask x (W-1)] at slots start..start+W-1 is denoised in the same forward;
+  3. slot k>=1 proposes argmax(lm_head(h_k)) for the token at start+k.
+The drafter cache then keeps exactly the context slots < start; block K/V are never stored.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..engine.cache import set_cache_length, static_cache
+from ..engine.graphs import StepRunner
+from ..models.dflash import DFlashDraftModel
+
+
+def check_dflash_fits_target(drafter: DFlashDraftModel, target, block_size: int) -> None:
+    """Raise a ValueError naming the mismatch if this drafter was not made for this target."""
+    t_cfg = target.config.get_text_config(decoder=True)
+    n_layers = t_cfg.num_hidden_layers
+    if drafter.config.hidden_size != t_cfg.hidden_size:
+        raise ValueError(
+            f"DFlash drafter hidden size {drafter.config.hidden_size} != target hidden size {t_cfg.hidden_size}: "
+            "this drafter was trained for another target. Use the drafter published for this target model."
+        )
+    bad = [i for i in drafter.target_layer_ids if not 0 <= i < n_layers]
+    if bad:
+        raise ValueError(
+            f"DFlash drafter taps target layers {drafter.target_layer_ids}, but the target has {n_layers} layers "
+            f"(ids {bad} do not exist): use the drafter trained for this target, or fix "
+            "`dflash_config.target_layer_ids` in the drafter's config.json."
+        )
+    trained_for = getattr(drafter.config, "num_target_layers", None)
+    if trained_for is not None and trained_for != n_layers:
+        raise ValueError(
+            f"DFlash drafter was trained for a {trained_for}-layer target, this target has {n_layers} layers: "
+            "use the drafter published for this target model."
+        )
+    mask_id = drafter.mask_token_id
+    vocab = target.get_input_embeddings().num_embeddings
+    if mask_id is None or not 0 <= int(mask_id) < vocab:
+        raise ValueError(
+            f"DFlash drafter mask_token_id={mask_id} is not a row of the target's embedding table (size {vocab}): "
+            "set `dflash_config.mask_token_id` to a reserved token of the target's tokenizer."
+        )
+    if block_size > drafter.block_size:
+        raise ValueError(
+            f"block_size={block_size} is larger than the drafter's trained block size {drafter.block_size}; "
+            "DFlash drafters serve blocks up to the size they were trained with. Pass block_size<="
+            f"{drafter.block_size}."
+        )
+
+
+class DFlashProposer:
+    def __init__(self, drafter: DFlashDraftModel, target, block_size: int | None, compile_steps: bool):
+        self.block_size = block_size or drafter.block_size
+        check_dflash_fits_target(drafter, target, self.block_size)
+        self.drafter = drafter
+        self.tapped_layer_ids = list(drafter.target_layer_ids)
+        self.embed = target.get_input_embeddings()
+        self.lm_head = target.get_output_embeddings()
+        self.mask_token_id = int(drafter.mask_token_id)
+        self._step = StepRunner(self._draft_step, compile_steps, drafter.device)
+
+    def _draft_step(self, block_ids, context_features, positions, mask):
+        # block_ids [1, W]; context_features [1, C, n_taps*H]; positions [1, C+W]; mask [1, 1, W, K+W]
+        hidden = self.drafter(self.embed(block_ids), context_features, positions, self.cache, mask)  # [1, W, H]
+        return self.lm_head(hidden[:, 1:]).argmax(dim=-1)[0]  # [W-1]
+
+    def start(self, session, prompt_features: torch.Tensor) -> None:
+        self.session = session
+        self.cache = static_cache(session.capacity, self.drafter.config.num_hidden_layers)
+        self.pending = prompt_features  # [1, P, n_taps*H], cached from slot 0
+        self.context_len = 0  # drafter cache slots holding committed context
+        self.block_ids = torch.full((1, self.block_size), self.mask_token_id, dtype=torch.long, device=session.device)
+
+    def propose(self) -> torch.Tensor:
+        """[W] block to verify: last committed token, then W-1 drafted tokens."""
+        session, width = self.session, self.block_size
+        start = session.last_slot
+        context_start, n_ctx = self.context_len, self.pending.shape[1]
+        self.block_ids[:, :1] = session.tokens[:, start : start + 1]
+        positions = torch.cat(
+            [session.positions[:, context_start : context_start + n_ctx], session.positions[:, start : start + width]], dim=1
+        )  # [1, C+W]
+        # Round 1 has the prompt (any length) as context: run it eagerly; later rounds have exactly W rows.
+        step = self._step if n_ctx == width else self._step.eager
+        drafted = step(self.block_ids, self.pending, positions, session.block_mask(start))
+        set_cache_length(self.cache, start)  # keep only committed context slots
+        self.context_len = start
+        return torch.cat([self.block_ids[0, :1], drafted])
+
+    def commit(self, verify_features: torch.Tensor, n_committed: int) -> None:
+        # All W rows go in next round (fixed shape); rows past the committed ones are masked and overwritten.
+        self.pending = verify_features

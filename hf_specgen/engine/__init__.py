@@ -1,0 +1,1 @@
+"""The shared speculative decoding engine."""

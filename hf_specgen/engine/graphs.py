@@ -1,0 +1,37 @@
+"""Fixed-shape steps, optionally compiled with torch.compile ("reduce-overhead" = CUDA graphs on GPU).
+
+Every decode step sees the same shapes each round (W query rows, the whole pre-allocated cache as keys,
+masks and positions passed as tensors), so one graph serves the whole call. Acceptance stays outside the
+graph. On CUDA, outputs of a graph replay are overwritten by the next replay: callers clone what they keep.
+"""
+
+from __future__ import annotations
+
+import torch
+
+CACHE_BUCKET = 256  # cache sizes are rounded up to this when compiling, so nearby calls reuse graphs
+
+
+def should_compile(setting, device: torch.device) -> bool:
+    if setting == "auto":
+        return device.type == "cuda"
+    return bool(setting)
+
+
+class StepRunner:
+    """Calls ``fn`` eagerly or through torch.compile; ``.eager`` always bypasses compilation."""
+
+    def __init__(self, fn, compile_step: bool, device: torch.device):
+        self.eager = fn
+        self.compiled = compile_step
+        self._is_cuda = device.type == "cuda"
+        if compile_step:
+            mode = "reduce-overhead" if self._is_cuda else "default"
+            self._fn = torch.compile(fn, mode=mode, dynamic=False, fullgraph=False)
+        else:
+            self._fn = fn
+
+    def __call__(self, *args):
+        if self.compiled and self._is_cuda:
+            torch.compiler.cudagraph_mark_step_begin()
+        return self._fn(*args)

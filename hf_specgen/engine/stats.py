@@ -1,0 +1,73 @@
+"""Per-call statistics returned as ``out.speculative_stats``."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class SpeculativeStats:
+    """What one speculative ``generate`` call did.
+
+    acceptance_lengths: tokens committed in each round (accepted drafts + the target's bonus token).
+    Times are wall-clock seconds; decode excludes the prefill (the DFlash paper's convention).
+    """
+
+    mode: str
+    block_size: int
+    acceptance_lengths: list[int] = field(default_factory=list)
+    new_tokens: int = 0
+    prefill_time: float = 0.0
+    draft_time: float = 0.0
+    verify_time: float = 0.0
+    decode_time: float = 0.0
+
+    @property
+    def num_rounds(self) -> int:
+        return len(self.acceptance_lengths)
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        """tau: committed tokens per round."""
+        return sum(self.acceptance_lengths) / max(1, self.num_rounds)
+
+    @property
+    def other_time(self) -> float:
+        """Decode time spent outside the drafter and target forwards (bookkeeping, masks, stop checks)."""
+        return max(0.0, self.decode_time - self.draft_time - self.verify_time)
+
+    @property
+    def decode_tokens_per_second(self) -> float:
+        # The first new token comes from the prefill, so decode produced new_tokens - 1 of them.
+        decoded = max(0, self.new_tokens - 1)
+        return decoded / self.decode_time if self.decode_time > 0 else float("nan")
+
+    def as_dict(self) -> dict:
+        return {
+            "mode": self.mode,
+            "block_size": self.block_size,
+            "num_rounds": self.num_rounds,
+            "new_tokens": self.new_tokens,
+            "mean_acceptance_length": self.mean_acceptance_length,
+            "acceptance_lengths": list(self.acceptance_lengths),
+            "prefill_time": self.prefill_time,
+            "draft_time": self.draft_time,
+            "verify_time": self.verify_time,
+            "other_time": self.other_time,
+            "decode_time": self.decode_time,
+            "decode_tokens_per_second": self.decode_tokens_per_second,
+        }
+
+
+class Stopwatch:
+    """Accumulates wall time; synchronizes CUDA so GPU work is charged to the phase that launched it."""
+
+    def __init__(self, device: torch.device):
+        self._sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    def now(self) -> float:
+        self._sync()
+        return time.perf_counter()

@@ -1,0 +1,65 @@
+"""Capture the target's hidden states at chosen decoder layers during a normal forward.
+
+Forward hooks on the decoder layers keep exactly the tapped outputs (not all layers, unlike
+``output_hidden_states=True``) and work the same across transformers releases. Index convention: layer
+``i`` means the OUTPUT of decoder layer i (0-based), i.e. ``hidden_states[i + 1]`` in transformers' tuple.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch import nn
+
+
+def decoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The decoder layer list of a *ForCausalLM (``model.model.layers`` for Llama/Qwen/Mistral...)."""
+    for candidate in (getattr(model, "get_decoder", lambda: None)(), getattr(model, "base_model", None), model):
+        layers = getattr(candidate, "layers", None)
+        if isinstance(layers, nn.ModuleList):
+            return layers
+    raise ValueError(
+        f"Could not find the decoder layers of {type(model).__name__}: speculative modes that read the target's "
+        "hidden states need a decoder-only model whose base model has a `.layers` ModuleList."
+    )
+
+
+class HiddenStateTap:
+    """Records the outputs of ``layer_ids`` on every forward; ``features()`` concatenates them in list order."""
+
+    def __init__(self, model: nn.Module, layer_ids: list[int]):
+        self.layer_ids = list(layer_ids)
+        self._layers = decoder_layers(model)
+        self._outputs: dict[int, torch.Tensor] = {}
+        self._handles = []
+
+    def _hook(self, layer_id: int):
+        def record(module, args, output):
+            self._outputs[layer_id] = output[0] if isinstance(output, tuple) else output
+
+        return record
+
+    def __enter__(self) -> "HiddenStateTap":
+        self._handles = [self._layers[i].register_forward_hook(self._hook(i)) for i in self.layer_ids]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        self._outputs = {}
+
+    def features(self) -> torch.Tensor:
+        """[B, T, n_taps * H] for the last forward."""
+        return torch.cat([self._outputs[i] for i in self.layer_ids], dim=-1)
+
+
+@contextlib.contextmanager
+def tapped(model: nn.Module, layer_ids: list[int] | None):
+    """``with tapped(target, ids) as tap``; yields None when no layer is tapped."""
+    if not layer_ids:
+        yield None
+        return
+    with HiddenStateTap(model, layer_ids) as tap:
+        yield tap

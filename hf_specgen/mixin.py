@@ -1,0 +1,128 @@
+"""``generate(..., speculative_mode=...)`` on any causal LM.
+
+``enable(model)`` swaps the instance's class for a subclass that also inherits ``SpecGenMixin`` (no weight
+copy; ``isinstance`` and the class name are kept, so ``save_pretrained`` writes the same config). The
+mixin's ``generate`` hands a speculative call to stock ``generate`` with a ``custom_generate`` callable, so
+transformers still prepares inputs, the generation config, logits processors and stopping criteria; without
+``speculative_mode`` the call goes to stock ``generate`` untouched.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from .config import SpeculativeConfig
+from .drafters.dflash import DFlashProposer
+from .engine.graphs import should_compile
+from .engine.loop import SpeculativeDecoder
+from .loading import as_dflash_drafter
+
+# generate() keyword arguments that configure the speculative call (SpeculativeConfig fields).
+_FLAT_KWARGS = {"speculative_mode": "mode", "block_size": "block_size", "speculative_compile": "compile",
+                "max_cache_len": "max_cache_len"}
+
+
+def _speculative_config(kwargs: dict, generation_config) -> SpeculativeConfig | None:
+    """Pop the speculative settings out of generate's kwargs; None means a stock call."""
+    given = kwargs.pop("speculative_config", None)
+    flat = {field: kwargs.pop(name) for name, field in _FLAT_KWARGS.items() if name in kwargs}
+    if given is None and flat.get("mode") is None:
+        mode = getattr(generation_config, "speculative_mode", None)
+        if mode is None:
+            if flat:
+                raise ValueError(
+                    f"{sorted(k for k, v in _FLAT_KWARGS.items() if v in flat)} only apply to speculative decoding: "
+                    "also pass speculative_mode='dflash'."
+                )
+            return None
+        flat["mode"] = mode
+    if given is None:
+        return SpeculativeConfig(**flat)
+    if isinstance(given, dict):
+        given = SpeculativeConfig(**given)
+    if not isinstance(given, SpeculativeConfig):
+        raise TypeError(f"speculative_config must be a SpeculativeConfig or a dict, got {type(given).__name__}.")
+    merged = {**{f: getattr(given, f) for f in SpeculativeConfig.field_names()}, **{k: v for k, v in flat.items() if v is not None}}
+    return SpeculativeConfig(**merged)
+
+
+def _build_decoder(target, assistant_model, spec: SpeculativeConfig) -> SpeculativeDecoder:
+    if assistant_model is None:
+        raise ValueError(
+            f"speculative_mode={spec.mode!r} needs a drafter: pass assistant_model=... "
+            "(e.g. hf_specgen.load_drafter('z-lab/Qwen3-8B-DFlash-b16'))."
+        )
+    compile_steps = should_compile(spec.compile, target.device)
+    drafter = as_dflash_drafter(assistant_model)
+    if drafter.device != target.device:
+        raise ValueError(f"The drafter is on {drafter.device} and the target on {target.device}: move the drafter with .to({str(target.device)!r}).")
+    target_dtype = target.get_input_embeddings().weight.dtype
+    if drafter.dtype != target_dtype:
+        raise ValueError(f"The drafter is {drafter.dtype} and the target {target_dtype}: load both in one dtype (drafter.to({target_dtype})).")
+    # Compiled decoders are kept on the target so later calls reuse their graphs.
+    key = (spec.mode, id(drafter), spec.block_size, compile_steps)
+    cached = getattr(target, "_hf_specgen_decoders", {})
+    if key in cached:
+        return cached[key]
+    decoder = SpeculativeDecoder(target, DFlashProposer(drafter, target, spec.block_size, compile_steps), spec.mode, compile_steps)
+    if compile_steps:
+        target._hf_specgen_decoders = {key: decoder}  # one at a time: caches are big
+    return decoder
+
+
+def _speculative_generate(model, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
+                          *, decoder: SpeculativeDecoder, spec: SpeculativeConfig, streamer=None, **model_kwargs):
+    """custom_generate callable: transformers has prepared everything, the engine decodes."""
+    if generation_config.num_beams > 1:
+        raise ValueError("Speculative modes do not support beam search: use num_beams=1.")
+    if generation_config.num_return_sequences > 1:
+        raise ValueError("Speculative modes return one sequence per prompt: use num_return_sequences=1.")
+    if input_ids.shape[0] != 1:
+        raise ValueError(
+            f"Speculative modes decode one prompt at a time (batch size 1), got a batch of {input_ids.shape[0]}: "
+            "call generate once per prompt."
+        )
+    if model_kwargs.get("past_key_values") is not None and model_kwargs["past_key_values"].get_seq_length() > 0:
+        raise ValueError("Speculative modes allocate their own KV caches: do not pass a filled past_key_values.")
+    if model_kwargs.get("inputs_embeds") is not None:
+        raise ValueError("Speculative modes need input_ids (the drafter embeds tokens): pass input_ids, not inputs_embeds.")
+    return decoder.generate(
+        input_ids, model_kwargs.get("attention_mask"), generation_config, logits_processor, stopping_criteria,
+        streamer=streamer, max_cache_len=spec.max_cache_len,
+    )
+
+
+class SpecGenMixin:
+    """Adds ``speculative_mode=`` to ``generate``. Put it first in the bases: ``class M(SpecGenMixin, Qwen3ForCausalLM)``."""
+
+    def generate(self, *args, **kwargs):
+        generation_config = kwargs.get("generation_config", args[1] if len(args) > 1 else None)
+        spec = _speculative_config(kwargs, generation_config or self.generation_config)
+        if spec is None:
+            return super().generate(*args, **kwargs)
+        if kwargs.get("custom_generate") is not None:
+            raise ValueError("speculative_mode and custom_generate cannot be combined: pass one of them.")
+        assistant_model = kwargs.pop("assistant_model", None)
+        streamer = kwargs.pop("streamer", None)
+        decoder = _build_decoder(self, assistant_model, spec)
+        decode = functools.partial(_speculative_generate, decoder=decoder, spec=spec, streamer=streamer)
+        return super().generate(*args, custom_generate=decode, **kwargs)
+
+
+_ENABLED_CLASSES: dict[type, type] = {}
+
+
+def enable(model):
+    """Give ``model`` (any *ForCausalLM instance) ``generate(..., speculative_mode=...)``, in place; returns it."""
+    if isinstance(model, SpecGenMixin):
+        return model
+    if not isinstance(model, torch.nn.Module) or not hasattr(model, "generate"):
+        raise TypeError(f"hf_specgen.enable expects a transformers model with generate(), got {type(model).__name__}.")
+    cls = type(model)
+    if cls not in _ENABLED_CLASSES:
+        # Same name and module as the original, so save_pretrained keeps `architectures` unchanged.
+        _ENABLED_CLASSES[cls] = type(cls.__name__, (SpecGenMixin, cls), {"__module__": cls.__module__, "__doc__": cls.__doc__})
+    model.__class__ = _ENABLED_CLASSES[cls]
+    return model

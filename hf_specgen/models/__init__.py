@@ -1,0 +1,1 @@
+"""Hub model classes: each file imports only torch and transformers."""

@@ -42,7 +42,8 @@ def as_dflash_drafter(model) -> DFlashDraftModel:
                 twin = DFlashDraftModel(model.config)
             twin.load_state_dict(model.state_dict(), strict=True, assign=True)
             device = next(model.parameters()).device
-            twin.rotary_emb = type(twin.rotary_emb)(config=model.config, device=device)
+            with torch.device(device):  # rotary buffers are not in the state dict: rebuild them for real
+                twin.rotary_emb = type(twin.rotary_emb)(config=model.config)
             twin.eval()
             model._hf_specgen_twin = twin
         return twin

@@ -1,0 +1,63 @@
+"""Tiny random models built from configs: no downloads, seconds to build."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from transformers import (
+    LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
+    Qwen3Config, Qwen3ForCausalLM,
+)
+
+import hf_specgen
+
+VOCAB = 256
+MASK_TOKEN = VOCAB - 1  # reserved: never in test prompts
+GEOMETRY = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+                num_key_value_heads=2, max_position_embeddings=1024, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+FAMILIES = {
+    "qwen3": (Qwen3Config, Qwen3ForCausalLM, dict(head_dim=16)),
+    "llama": (LlamaConfig, LlamaForCausalLM, dict(head_dim=16)),
+    "qwen2": (Qwen2Config, Qwen2ForCausalLM, dict()),
+    "mistral": (MistralConfig, MistralForCausalLM, dict(head_dim=16, sliding_window=None)),
+}
+
+
+def make_target(family: str = "qwen3", seed: int = 0, dtype=torch.float32, **overrides):
+    config_cls, model_cls, extra = FAMILIES[family]
+    torch.manual_seed(seed)
+    config = config_cls(**{**GEOMETRY, **extra, **overrides})
+    model = model_cls(config).to(dtype).eval()
+    # Random init gives near-uniform logits; a wider lm_head makes distributions peaked like real models.
+    with torch.no_grad():
+        model.lm_head.weight.mul_(8.0)
+    return hf_specgen.enable(model)
+
+
+def make_dflash(target, block_size: int = 8, num_layers: int = 2, layer_ids=None, seed: int = 1, **overrides):
+    t = target.config
+    torch.manual_seed(seed)
+    config = Qwen3Config(
+        vocab_size=t.vocab_size, hidden_size=t.hidden_size, intermediate_size=t.intermediate_size,
+        num_hidden_layers=num_layers, num_attention_heads=t.num_attention_heads,
+        num_key_value_heads=t.num_key_value_heads, head_dim=t.hidden_size // t.num_attention_heads,
+        max_position_embeddings=t.max_position_embeddings, block_size=block_size,
+        num_target_layers=t.num_hidden_layers,
+        dflash_config={"mask_token_id": MASK_TOKEN, "target_layer_ids": layer_ids or [0, t.num_hidden_layers - 2]},
+        **overrides,
+    )
+    dtype = target.get_input_embeddings().weight.dtype
+    return hf_specgen.DFlashDraftModel(config).to(dtype).eval()
+
+
+def random_prompt(rng: random.Random, length: int) -> torch.Tensor:
+    return torch.tensor([[rng.randrange(3, MASK_TOKEN) for _ in range(length)]])
+
+
+@pytest.fixture(scope="session")
+def qwen3_pair():
+    target = make_target("qwen3")
+    return target, make_dflash(target)

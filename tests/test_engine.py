@@ -1,0 +1,276 @@
+"""Engine bookkeeping: acceptance, rollback, stop handling, streaming, padding, stock behaviour."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList, TextIteratorStreamer
+from transformers.generation.streamers import BaseStreamer
+
+import hf_specgen
+from hf_specgen.engine.cache import cache_tensor_addresses
+from hf_specgen.engine.loop import SpeculativeDecoder
+from conftest import MASK_TOKEN, make_dflash, make_target, random_prompt
+
+
+class ScriptedProposer:
+    """Proposes the target's own greedy continuation (known in advance), optionally corrupted at random."""
+
+    tapped_layer_ids = None
+
+    def __init__(self, reference: torch.Tensor, block_size: int, corrupt: float = 0.0, seed: int = 0):
+        self.reference = reference[0].tolist()
+        self.block_size = block_size
+        self.corrupt = corrupt
+        self.rng = random.Random(seed)
+
+    def start(self, session, prompt_features):
+        self.session = session
+
+    def propose(self):
+        start = self.session.last_slot
+        draft = [int(self.session.tokens[0, start])]
+        for slot in range(start + 1, start + self.block_size):
+            tok = self.reference[slot] if slot < len(self.reference) else 3
+            if self.rng.random() < self.corrupt:
+                tok = (tok + 1) % MASK_TOKEN
+            draft.append(tok)
+        return torch.tensor(draft)
+
+    def commit(self, features, n_committed):
+        pass
+
+
+def run_decoder(target, proposer, prompt, max_new_tokens, eos=None):
+    decoder = SpeculativeDecoder(target, proposer, "test", compile_steps=False)
+    config = GenerationConfig(max_length=prompt.shape[1] + max_new_tokens, do_sample=False, eos_token_id=eos,
+                              return_dict_in_generate=True)
+    return decoder.generate(prompt, None, config, LogitsProcessorList(), StoppingCriteriaList())
+
+
+@pytest.mark.parametrize("block", [2, 5, 16])
+def test_oracle_drafter_accepts_whole_blocks(block):
+    target = make_target("llama")
+    prompt = random_prompt(random.Random(block), 11)
+    max_new = 60
+    ref = target.generate(prompt, max_new_tokens=max_new, do_sample=False, eos_token_id=None)
+    out = run_decoder(target, ScriptedProposer(ref, block), prompt, max_new)
+    lengths = out.speculative_stats.acceptance_lengths
+    assert out.sequences.tolist() == ref.tolist()
+    assert all(a == block for a in lengths[:-1]), lengths
+    assert 1 + sum(lengths) >= max_new and 1 + sum(lengths[:-1]) < max_new  # last round capped by max_new_tokens
+
+
+@pytest.mark.parametrize("corrupt", [0.1, 0.3, 0.6])
+def test_partial_acceptance_and_rollback_stay_exact(corrupt):
+    target = make_target("qwen3", seed=3)
+    rng = random.Random(int(corrupt * 10))
+    for case in range(6):
+        prompt = random_prompt(rng, rng.randint(1, 40))
+        max_new = rng.randint(20, 70)
+        ref = target.generate(prompt, max_new_tokens=max_new, do_sample=False, eos_token_id=None)
+        out = run_decoder(target, ScriptedProposer(ref, 8, corrupt, seed=case), prompt, max_new)
+        assert out.sequences.tolist() == ref.tolist()
+        assert len(set(out.speculative_stats.acceptance_lengths)) > 2  # many different acceptance lengths
+
+
+def test_dflash_drafts_equal_full_recomputation(qwen3_pair):
+    """Cached drafter context (appended per round, rolled back) == drafter run on the full context from scratch."""
+    target, drafter = qwen3_pair
+    prompt = random_prompt(random.Random(5), 23)
+    records = []
+    out = target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=50,
+                          do_sample=False, return_dict_in_generate=True)
+    sequence = out.sequences
+    # Record each round's proposals, then recompute them with no cache from the committed prefix.
+    from hf_specgen.drafters.dflash import DFlashProposer
+    original = DFlashProposer.propose
+
+    def recording(self):
+        draft = original(self)
+        records.append((self.session.last_slot, draft.clone()))
+        return draft
+
+    DFlashProposer.propose = recording
+    try:
+        again = target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=50,
+                                do_sample=False)
+    finally:
+        DFlashProposer.propose = original
+    assert again.tolist() == sequence.tolist()
+    embed, width = target.get_input_embeddings(), drafter.block_size
+    for start, draft in records:
+        with torch.no_grad():
+            hidden = target(sequence[:, :start], output_hidden_states=True).hidden_states
+            context = torch.cat([hidden[i + 1] for i in drafter.target_layer_ids], dim=-1)  # [1, start, n*H]
+            block = torch.tensor([[int(sequence[0, start])] + [MASK_TOKEN] * (width - 1)])
+            positions = torch.arange(start + width)[None]
+            h = drafter(embed(block), context, positions)  # no cache, no mask: block sees all context + itself
+            expected = target.lm_head(h[:, 1:]).argmax(-1)[0]
+        assert draft[1:].tolist() == expected.tolist(), start
+
+
+def test_rollback_never_reallocates(qwen3_pair):
+    target, drafter = qwen3_pair
+    Decoder = SpeculativeDecoder
+
+    seen = []
+    original = Decoder._verify_step
+
+    def spying(self, *args):
+        result = original(self, *args)
+        seen.append((tuple(cache_tensor_addresses(self.cache)), tuple(cache_tensor_addresses(self.proposer.cache))))
+        return result
+
+    Decoder._verify_step = spying
+    try:
+        out = target.generate(random_prompt(random.Random(1), 9), assistant_model=drafter, speculative_mode="dflash",
+                              max_new_tokens=60, do_sample=False, eos_token_id=None, return_dict_in_generate=True)
+    finally:
+        Decoder._verify_step = original
+    assert len(seen) == out.speculative_stats.num_rounds > 5
+    assert len(set(seen)) == 1 and all(len(a) > 0 for a in seen[0])
+
+
+def test_exact_max_new_tokens_and_stop_tokens(qwen3_pair):
+    target, drafter = qwen3_pair
+    rng = random.Random(11)
+    for _ in range(10):
+        prompt = random_prompt(rng, rng.randint(1, 30))
+        free = target.generate(prompt, max_new_tokens=40, do_sample=False, eos_token_id=None)[0, prompt.shape[1]:]
+        for max_new in (1, 2, 7, 40):
+            out = target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=max_new,
+                                  do_sample=False, eos_token_id=None)
+            assert out.shape[1] - prompt.shape[1] == max_new
+        # Stop on a token that occurs mid-output: single id and list of ids, output cut right after it.
+        stop = int(free[len(free) // 2])
+        cut = free.tolist().index(stop) + 1
+        for eos in (stop, [MASK_TOKEN - 1, stop]):
+            ref = target.generate(prompt, max_new_tokens=40, do_sample=False, eos_token_id=eos)
+            out = target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=40,
+                                  do_sample=False, eos_token_id=eos)
+            assert out.tolist() == ref.tolist()
+            assert out.shape[1] - prompt.shape[1] == cut
+
+
+class RecordingStreamer(BaseStreamer):
+    def __init__(self):
+        self.chunks, self.ended = [], False
+
+    def put(self, value):
+        self.chunks.append(value.reshape(-1).tolist())
+
+    def end(self):
+        self.ended = True
+
+
+def test_streamer_receives_new_tokens_in_order(qwen3_pair):
+    target, drafter = qwen3_pair
+    prompt = random_prompt(random.Random(2), 12)
+    stock, ours = RecordingStreamer(), RecordingStreamer()
+    ref = target.generate(prompt, max_new_tokens=30, do_sample=False, streamer=stock)
+    out = target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=30,
+                          do_sample=False, streamer=ours)
+    assert out.tolist() == ref.tolist()
+    assert ours.ended and ours.chunks[0] == prompt[0].tolist() == stock.chunks[0]
+    assert sum(ours.chunks[1:], []) == sum(stock.chunks[1:], []) == ref[0, 12:].tolist()
+
+
+def test_text_streamer_works():
+    """The transformers text streamers accept multi-token chunks."""
+
+    class CharTokenizer:
+        def decode(self, ids, **kwargs):
+            return "".join(chr(65 + i % 26) for i in ids)
+
+    target = make_target("qwen3")
+    drafter = make_dflash(target)
+    streamer = TextIteratorStreamer(CharTokenizer(), skip_prompt=True)
+    out = target.generate(random_prompt(random.Random(3), 5), assistant_model=drafter, speculative_mode="dflash",
+                          max_new_tokens=20, do_sample=False, streamer=streamer)
+    assert "".join(streamer) == CharTokenizer().decode(out[0, 5:].tolist())
+
+
+def test_padded_prompts_match_stock(qwen3_pair):
+    """Pad tokens inside the prompt, hidden by an explicit attention_mask, behave as in stock generate."""
+    target, drafter = qwen3_pair
+    rng = random.Random(4)
+    for pads in ((0, 3), (4, 0), (2, 2)):
+        body = random_prompt(rng, 15)
+        left, inner = pads
+        ids = torch.cat([torch.zeros(1, left, dtype=torch.long), body[:, :7], torch.zeros(1, inner, dtype=torch.long), body[:, 7:]], 1)
+        mask = (torch.arange(ids.shape[1]) >= left).long()[None]
+        mask[:, left + 7 : left + 7 + inner] = 0
+        ref = target.generate(ids, attention_mask=mask, max_new_tokens=30, do_sample=False)
+        out = target.generate(ids, attention_mask=mask, assistant_model=drafter, speculative_mode="dflash",
+                              max_new_tokens=30, do_sample=False)
+        assert out.tolist() == ref.tolist(), pads
+
+
+def test_stock_generate_untouched():
+    plain = make_target("qwen3", seed=9)
+    prompt = random_prompt(random.Random(6), 10)
+    before = plain.generate(prompt, max_new_tokens=20, do_sample=False)
+    cls = type(plain)
+    hf_specgen.enable(plain)  # already enabled by make_target; enabling twice is a no-op
+    assert type(plain) is cls and isinstance(plain, hf_specgen.SpecGenMixin)
+    assert plain.generate(prompt, max_new_tokens=20, do_sample=False).tolist() == before.tolist()
+    torch.manual_seed(0)
+    a = plain.generate(prompt, max_new_tokens=20, do_sample=True, top_k=5)
+    torch.manual_seed(0)
+    stock = type(plain).__mro__[2].generate(plain, prompt, max_new_tokens=20, do_sample=True, top_k=5)
+    assert a.tolist() == stock.tolist()
+
+
+def test_enable_keeps_class_name_for_save_pretrained(tmp_path):
+    target = make_target("llama")
+    assert type(target).__name__ == "LlamaForCausalLM"
+    target.save_pretrained(tmp_path)
+    import json
+
+    assert json.loads((tmp_path / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
+
+
+def test_logits_processors_and_scores_match_stock(qwen3_pair):
+    """Row-dependent processors (repetition penalty, min length) see the sequence stock generate would."""
+    target, drafter = qwen3_pair
+    prompt = random_prompt(random.Random(8), 14)
+    kwargs = dict(max_new_tokens=40, do_sample=False, repetition_penalty=1.5, min_new_tokens=10, eos_token_id=[2, 5],
+                  return_dict_in_generate=True, output_scores=True, output_logits=True)
+    ref = target.generate(prompt, **kwargs)
+    out = target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", **kwargs)
+    assert out.sequences.tolist() == ref.sequences.tolist()
+    assert len(out.scores) == len(ref.scores) == ref.sequences.shape[1] - 14
+    for mine, theirs in zip(out.scores, ref.scores):
+        torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-4)
+    for mine, theirs in zip(out.logits, ref.logits):
+        torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-4)
+
+
+def test_generation_config_object_and_stats(qwen3_pair):
+    target, drafter = qwen3_pair
+    prompt = random_prompt(random.Random(10), 20)
+    config = GenerationConfig(max_new_tokens=25, do_sample=False, return_dict_in_generate=True, eos_token_id=None)
+    out = target.generate(prompt, generation_config=config, assistant_model=drafter, speculative_mode="dflash")
+    stats = out.speculative_stats
+    assert out.sequences.shape[1] == 45
+    assert 1 + sum(stats.acceptance_lengths) == stats.new_tokens == 25
+    assert stats.num_rounds == len(stats.acceptance_lengths)
+    assert stats.decode_time >= stats.draft_time + stats.verify_time > 0 and stats.prefill_time > 0
+    assert stats.decode_tokens_per_second > 0
+    assert set(stats.as_dict()) >= {"acceptance_lengths", "draft_time", "verify_time", "other_time"}
+
+
+def test_spec_generate_reference_loop_is_lossless(qwen3_pair):
+    target, drafter = qwen3_pair
+    rng = random.Random(12)
+    for _ in range(5):
+        prompt = random_prompt(rng, rng.randint(1, 50))
+        ref = target.generate(prompt, max_new_tokens=30, do_sample=False, eos_token_id=None)
+        assert drafter.spec_generate(prompt, target, max_new_tokens=30).tolist() == ref.tolist()
+        stop = int(ref[0, prompt.shape[1] + 10])
+        stopped = drafter.spec_generate(input_ids=prompt, target=target, max_new_tokens=30, stop_token_ids=[stop])
+        cut = ref[0, prompt.shape[1]:].tolist().index(stop) + 1
+        assert stopped.tolist() == ref[:, : prompt.shape[1] + cut].tolist()

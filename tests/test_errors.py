@@ -1,0 +1,132 @@
+"""Bad input gets a clear ValueError/TypeError naming the fix, never a shape error from inside a model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import hf_specgen
+from conftest import make_dflash, make_target
+
+PROMPT = torch.tensor([[5, 6, 7, 8]])
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target = make_target("qwen3")
+    return target, make_dflash(target)
+
+
+def spec(target, drafter, **kwargs):
+    kwargs = {"speculative_mode": "dflash", "max_new_tokens": 5, "do_sample": False, **kwargs}
+    return target.generate(PROMPT, assistant_model=drafter, **kwargs)
+
+
+def test_unknown_mode(pair):
+    with pytest.raises(ValueError, match=r"Unknown speculative_mode='medusa'.*'dflash'"):
+        spec(*pair, speculative_mode="medusa")
+
+
+def test_mode_without_assistant(pair):
+    with pytest.raises(ValueError, match="needs a drafter: pass assistant_model"):
+        spec(pair[0], None)
+
+
+def test_speculative_knob_without_mode(pair):
+    with pytest.raises(ValueError, match="also pass speculative_mode"):
+        pair[0].generate(PROMPT, block_size=4, max_new_tokens=3)
+
+
+def test_hidden_size_mismatch(pair):
+    target, _ = pair
+    other = make_target("qwen3", hidden_size=32, head_dim=8)
+    with pytest.raises(ValueError, match="hidden size 32 != target hidden size 64.*another target"):
+        spec(target, make_dflash(other))
+
+
+def test_layer_ids_out_of_range(pair):
+    target, _ = pair
+    with pytest.raises(ValueError, match=r"taps target layers \[1, 7\].*4 layers"):
+        spec(target, make_dflash(target, layer_ids=[1, 7]))
+
+
+def test_trained_for_other_depth(pair):
+    target, _ = pair
+    drafter = make_dflash(target)
+    drafter.config.num_target_layers = 36
+    with pytest.raises(ValueError, match="trained for a 36-layer target"):
+        spec(target, drafter)
+
+
+def test_mask_token_outside_vocab(pair):
+    target, _ = pair
+    drafter = make_dflash(target)
+    drafter.mask_token_id = 151669
+    with pytest.raises(ValueError, match="mask_token_id=151669 is not a row of the target's embedding"):
+        spec(target, drafter)
+
+
+def test_block_larger_than_trained(pair):
+    with pytest.raises(ValueError, match="block_size=16 is larger than the drafter's trained block size 8"):
+        spec(*pair, block_size=16)
+
+
+@pytest.mark.parametrize("bad", [1, "8", 0])
+def test_bad_block_size(pair, bad):
+    with pytest.raises(ValueError, match="block_size must be an int >= 2"):
+        spec(*pair, block_size=bad)
+
+
+def test_beam_search(pair):
+    with pytest.raises(ValueError, match="do not support beam search: use num_beams=1"):
+        spec(*pair, num_beams=2)
+
+
+def test_batch_larger_than_one(pair):
+    with pytest.raises(ValueError, match="batch size 1.*call generate once per prompt"):
+        pair[0].generate(PROMPT.repeat(2, 1), assistant_model=pair[1], speculative_mode="dflash", max_new_tokens=3)
+
+
+def test_num_return_sequences(pair):
+    with pytest.raises(ValueError, match="num_return_sequences=1"):
+        spec(*pair, num_return_sequences=2, do_sample=True)
+
+
+def test_cache_too_small(pair):
+    with pytest.raises(ValueError, match=r"needs a KV cache of 17 slots.*max_cache_len=10"):
+        spec(*pair, max_cache_len=10)
+
+
+def test_non_dflash_assistant(pair):
+    target, _ = pair
+    with pytest.raises(ValueError, match="needs a DFlash drafter as assistant_model, got Qwen3ForCausalLM"):
+        spec(target, make_target("qwen3", seed=2))
+
+
+def test_dtype_mismatch(pair):
+    target, _ = pair
+    with pytest.raises(ValueError, match="drafter is torch.bfloat16 and the target torch.float32"):
+        spec(target, make_dflash(target).to(torch.bfloat16))
+
+
+def test_bad_speculative_config_type(pair):
+    with pytest.raises(TypeError, match="speculative_config must be a SpeculativeConfig or a dict"):
+        spec(*pair, speculative_config=3)
+
+
+def test_sliding_window_shorter_than_sequence():
+    target = make_target("mistral", sliding_window=8)
+    drafter = make_dflash(target)
+    with pytest.raises(ValueError, match="sliding-window attention \\(window 8\\)"):
+        spec(target, drafter, max_new_tokens=20)
+
+
+def test_load_drafter_rejects_other_models(tmp_path):
+    make_target("llama").save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="is not a drafter hf_specgen knows"):
+        hf_specgen.load_drafter(str(tmp_path))
+
+
+def test_enable_rejects_non_models():
+    with pytest.raises(TypeError, match="expects a transformers model"):
+        hf_specgen.enable(object())

@@ -1,0 +1,116 @@
+"""At temperature > 0 the output distribution equals the target's (chi-square on a toy vocabulary)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from scipy.stats import chisquare
+from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+from hf_specgen.engine.loop import SpeculativeDecoder
+from conftest import make_dflash, make_target
+
+
+class GreedySelfProposer:
+    """Drafts the target's own greedy continuation of the committed prefix: drafts are often accepted."""
+
+    tapped_layer_ids = None
+    block_size = 4
+
+    def __init__(self, target):
+        self.target = target
+
+    def start(self, session, prompt_features):
+        self.session = session
+
+    def propose(self):
+        prefix = self.session.committed()
+        greedy = type(self.target).__mro__[2].generate(  # stock generate, no speculation
+            self.target, prefix, max_new_tokens=self.block_size - 1, do_sample=False, min_new_tokens=self.block_size - 1
+        )
+        return greedy[0, prefix.shape[1] - 1 :]
+
+    def commit(self, features, n_committed):
+        pass
+
+VOCAB = 8  # tokens 0..6 are text, 7 is the drafter's mask token
+STEPS = 3  # joint distribution of the first three generated tokens: 512 cells
+SAMPLES = 1500
+
+
+@torch.no_grad()
+def exact_joint(target, prompt, warpers) -> dict[tuple, float]:
+    """P(t1, t2, t3 | prompt) under the warped target distribution, enumerated exactly."""
+    probs = {(): 1.0}
+    for _ in range(STEPS):
+        nxt = {}
+        prefixes = list(probs)
+        batch = torch.cat([torch.cat([prompt, torch.tensor([list(p)], dtype=torch.long)], 1) for p in prefixes])
+        logits = target(batch).logits[:, -1].float()
+        scores = warpers(batch, logits)
+        dist = torch.softmax(scores, -1)
+        for row, prefix in enumerate(prefixes):
+            for tok in range(VOCAB):
+                if dist[row, tok] > 0:
+                    nxt[prefix + (tok,)] = probs[prefix] * float(dist[row, tok])
+        probs = nxt
+    return probs
+
+
+@pytest.mark.parametrize(
+    "proposer, sampling",
+    [("dflash", dict(temperature=1.0)), ("dflash", dict(temperature=0.7, top_k=4)),
+     ("dflash", dict(temperature=1.2, top_p=0.8)), ("greedy-self", dict(temperature=1.0))],
+)
+def test_sampled_tokens_follow_target_distribution(proposer, sampling):
+    target = make_target("qwen3", vocab_size=VOCAB, pad_token_id=None, bos_token_id=None, eos_token_id=None, seed=4)
+    with torch.no_grad():
+        target.lm_head.weight.mul_(0.25)  # keep the toy distributions spread out so many cells are populated
+    drafter = make_dflash(target, block_size=4)
+    drafter.config.dflash_config["mask_token_id"] = VOCAB - 1
+    drafter.mask_token_id = VOCAB - 1
+    prompt = torch.tensor([[1, 3, 5, 2, 4]])
+    warpers = LogitsProcessorList([TemperatureLogitsWarper(sampling["temperature"])])
+    if "top_k" in sampling:
+        warpers.append(TopKLogitsWarper(sampling["top_k"]))
+    if "top_p" in sampling:
+        warpers.append(TopPLogitsWarper(sampling["top_p"]))
+    expected = exact_joint(target, prompt, warpers)
+
+    torch.manual_seed(1234)
+    counts = dict.fromkeys(expected, 0)
+    accepted_drafts = 0
+    oracle = SpeculativeDecoder(target, GreedySelfProposer(target), "test", compile_steps=False)
+    for _ in range(SAMPLES):
+        if proposer == "dflash":
+            out = target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=STEPS,
+                                  do_sample=True, return_dict_in_generate=True, **sampling)
+        else:
+            out = target.generate(prompt, max_new_tokens=STEPS, do_sample=True, return_dict_in_generate=True,
+                                  custom_generate=lambda model, input_ids, logits_processor, stopping_criteria,
+                                  generation_config, **kw: oracle.generate(input_ids, None, generation_config,
+                                                                           logits_processor, stopping_criteria),
+                                  **sampling)
+        key = tuple(out.sequences[0, prompt.shape[1]:].tolist())
+        assert key in counts, f"sampled a sequence the warped target gives probability 0: {key}"
+        counts[key] += 1
+        accepted_drafts += sum(a - 1 for a in out.speculative_stats.acceptance_lengths)
+    # Drafts really are accepted (the random drafter sometimes, the greedy one often): acceptance is under test.
+    assert accepted_drafts > (SAMPLES // 4 if proposer == "greedy-self" else 40)
+
+    # Pool rare cells so every expected count is >= 5 (chi-square validity).
+    cells = sorted(expected, key=expected.get, reverse=True)
+    observed, predicted, rest_o, rest_p = [], [], 0, 0.0
+    for cell in cells:
+        if expected[cell] * SAMPLES >= 5:
+            observed.append(counts[cell]); predicted.append(expected[cell] * SAMPLES)
+        else:
+            rest_o += counts[cell]; rest_p += expected[cell] * SAMPLES
+    if rest_p > 0:
+        observed.append(rest_o); predicted.append(rest_p)
+    predicted = [p * SAMPLES / sum(predicted) for p in predicted]
+    result = chisquare(observed, predicted)
+    assert len(observed) > 20
+    assert result.pvalue > 1e-3, (result, sampling)

@@ -1,0 +1,123 @@
+"""Benchmark harness: plain autoregressive vs speculative decoding, same prompts, same target, one run.
+
+Protocol: every method decodes every prompt ``repeats`` times after one warm-up call; the reported decode
+time excludes the prefill (the DFlash paper's convention): it runs from the arrival of the first new token
+to the end, timed by a streamer for every method alike. Speedup = baseline decode s/token / method's,
+medians over repeats, ratios measured in the same process.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import torch
+from transformers.generation.streamers import BaseStreamer
+
+from ..engine.cache import set_cache_length, static_cache
+from ..engine.session import DecodingSession
+from ..engine.taps import HiddenStateTap, decoder_layers
+
+
+class DecodeClock(BaseStreamer):
+    """Timestamps generate's streamer calls: the 1st put is the prompt, the 2nd the first new token."""
+
+    def __init__(self):
+        self.puts: list[float] = []
+        self.finished = 0.0
+
+    def put(self, value):
+        self.puts.append(time.perf_counter())
+
+    def end(self):
+        self.finished = time.perf_counter()
+
+    @property
+    def decode_seconds(self) -> float:
+        return self.finished - self.puts[1] if len(self.puts) > 1 else 0.0
+
+
+@dataclass
+class MethodResult:
+    name: str
+    decode_seconds: list[float] = field(default_factory=list)  # per prompt: median over repeats
+    decode_tokens: list[int] = field(default_factory=list)  # per prompt: new tokens - 1 (first comes from prefill)
+    acceptance: list[list[int]] = field(default_factory=list)  # per prompt: committed tokens per round
+    time_split: dict[str, float] = field(default_factory=dict)  # summed over prompts (last repeat)
+    sequences: list[list[int]] = field(default_factory=list)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return sum(self.decode_tokens) / max(1e-9, sum(self.decode_seconds))
+
+    @property
+    def pooled_tau(self) -> float | None:
+        rounds = sum(len(a) for a in self.acceptance)
+        return sum(map(sum, self.acceptance)) / rounds if rounds else None
+
+    @property
+    def mean_tau(self) -> float | None:
+        per_prompt = [sum(a) / len(a) for a in self.acceptance if a]
+        return statistics.mean(per_prompt) if per_prompt else None
+
+
+def run_method(target, prompts, gen_kwargs: dict, repeats: int, name: str, progress=None) -> MethodResult:
+    """Decode every prompt with ``target.generate(**gen_kwargs)``; speculative kwargs make it speculative."""
+    result = MethodResult(name)
+    split = {"draft": 0.0, "verify": 0.0, "other": 0.0}
+    target.generate(prompts[0], **gen_kwargs)  # warm-up (allocations, lazy inits, compile)
+    for prompt in prompts:
+        times, out = [], None
+        for _ in range(repeats):
+            clock = DecodeClock()
+            out = target.generate(prompt, streamer=clock, return_dict_in_generate=True, **gen_kwargs)
+            times.append(clock.decode_seconds)
+        new = out.sequences.shape[1] - prompt.shape[1]
+        result.decode_seconds.append(statistics.median(times))
+        result.decode_tokens.append(max(0, new - 1))
+        result.sequences.append(out.sequences[0, prompt.shape[1]:].tolist())
+        stats = getattr(out, "speculative_stats", None)
+        if stats is not None:
+            result.acceptance.append(list(stats.acceptance_lengths))
+            split["draft"] += stats.draft_time
+            split["verify"] += stats.verify_time
+            split["other"] += stats.other_time
+        if progress is not None:
+            progress.update(1)
+    if result.acceptance:
+        result.time_split = split
+    return result
+
+
+@torch.no_grad()
+def tap_cost(target, layer_ids: list[int], width: int, repeats: int = 30) -> dict[str, float]:
+    """Median time of one W-token verify forward on a static cache, with and without hidden-state taps."""
+    prompt = torch.randint(3, target.config.vocab_size - 1, (1, 64), device=target.device)
+    dtype = target.get_input_embeddings().weight.dtype
+    session = DecodingSession(prompt, None, 64 + 2 * width, width, dtype)
+    cache = static_cache(session.capacity, len(decoder_layers(target)))
+    target(input_ids=prompt, position_ids=session.positions[:, :64], attention_mask=session.prefill_mask(),
+           past_key_values=cache, use_cache=True)
+    block = torch.randint(3, target.config.vocab_size - 1, (1, width), device=target.device)
+    args = dict(input_ids=block, position_ids=session.positions[:, 64 : 64 + width],
+                attention_mask=session.verify_mask(64), past_key_values=cache, use_cache=True)
+
+    def timed(with_taps: bool) -> float:
+        samples = []
+        for _ in range(repeats):
+            set_cache_length(cache, 64)
+            t0 = time.perf_counter()
+            if with_taps:
+                with HiddenStateTap(target, layer_ids) as tap:
+                    target(**args)
+                    tap.features()
+            else:
+                target(**args)
+            samples.append(time.perf_counter() - t0)
+        return statistics.median(samples)
+
+    timed(False)  # warm-up
+    plain, tapped = timed(False), timed(True)
+    return {"verify_ms": plain * 1e3, "verify_with_taps_ms": tapped * 1e3, "tap_overhead": tapped / plain - 1.0}
+

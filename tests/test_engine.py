@@ -203,9 +203,9 @@ def test_padded_prompts_match_stock(qwen3_pair):
         ids = torch.cat([torch.zeros(1, left, dtype=torch.long), body[:, :7], torch.zeros(1, inner, dtype=torch.long), body[:, 7:]], 1)
         mask = (torch.arange(ids.shape[1]) >= left).long()[None]
         mask[:, left + 7 : left + 7 + inner] = 0
-        ref = target.generate(ids, attention_mask=mask, max_new_tokens=30, do_sample=False)
+        ref = target.generate(ids, attention_mask=mask, max_new_tokens=30, do_sample=False, pad_token_id=0)
         out = target.generate(ids, attention_mask=mask, assistant_model=drafter, speculative_mode="dflash",
-                              max_new_tokens=30, do_sample=False)
+                              max_new_tokens=30, do_sample=False, pad_token_id=0)
         assert out.tolist() == ref.tolist(), pads
 
 

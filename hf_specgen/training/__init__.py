@@ -1,0 +1,1 @@
+"""Offline data pipeline for the tiny-world models: corpus building and tokenizer training."""

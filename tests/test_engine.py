@@ -274,3 +274,24 @@ def test_spec_generate_reference_loop_is_lossless(qwen3_pair):
         stopped = drafter.spec_generate(input_ids=prompt, target=target, max_new_tokens=30, stop_token_ids=[stop])
         cut = ref[0, prompt.shape[1]:].tolist().index(stop) + 1
         assert stopped.tolist() == ref[:, : prompt.shape[1] + cut].tolist()
+
+
+def test_user_stopping_criteria_are_judged_after_every_token(qwen3_pair):
+    """A custom StoppingCriteria ends the output at the same token as in stock generate, even mid-block."""
+    from transformers import StoppingCriteria
+
+    class StopAfterToken(StoppingCriteria):
+        def __init__(self, token, prompt_len):
+            self.token, self.prompt_len = token, prompt_len
+
+        def __call__(self, input_ids, scores, **kwargs):
+            return (input_ids[:, self.prompt_len:] == self.token).any(dim=1)
+
+    target, drafter = qwen3_pair
+    prompt = random_prompt(random.Random(13), 16)
+    free = target.generate(prompt, max_new_tokens=40, do_sample=False, eos_token_id=None)[0, 16:].tolist()
+    criteria = StoppingCriteriaList([StopAfterToken(free[25], 16)])
+    ref = target.generate(prompt, max_new_tokens=40, do_sample=False, eos_token_id=None, stopping_criteria=criteria)
+    out = target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=40,
+                          do_sample=False, eos_token_id=None, stopping_criteria=criteria)
+    assert out.tolist() == ref.tolist() and out.shape[1] - 16 == free.index(free[25]) + 1

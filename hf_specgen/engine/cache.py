@@ -43,14 +43,6 @@ def set_cache_length(cache: Cache, length: int | torch.Tensor) -> None:
             layer_length.fill_(length)
 
 
-def cache_length(cache: Cache) -> int:
-    return int(_length_tensors(cache)[0])
-
-
-def cache_capacity(cache: Cache) -> int:
-    return cache.layers[0].max_cache_len
-
-
 def cache_tensor_addresses(cache: Cache) -> list[int]:
     """data_ptr of every K and V buffer: used by tests to prove rollback never reallocates."""
     return [t.data_ptr() for layer in cache.layers if layer.is_initialized for t in (layer.keys, layer.values)]

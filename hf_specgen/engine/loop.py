@@ -19,7 +19,7 @@ from .cache import set_cache_length, static_cache
 from .graphs import CACHE_BUCKET, StepRunner
 from .session import DecodingSession
 from .stats import SpeculativeStats, Stopwatch
-from .taps import HiddenStateTap, decoder_layers
+from .taps import decoder_layers, tapped
 from .verify import accepted_length, process_block_logits, target_choices
 
 
@@ -142,7 +142,7 @@ class SpeculativeDecoder:
             return done
 
         try:
-            with HiddenStateTap(target, self.layer_ids) if self.layer_ids else _no_tap() as tap:
+            with tapped(target, self.layer_ids) as tap:
                 self.tap = tap
                 # ---------------- prefill: the prompt, and the first new token
                 t0 = clock.now()
@@ -200,10 +200,3 @@ class SpeculativeDecoder:
             speculative_stats=stats,
         )
 
-
-class _no_tap:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return None

@@ -41,7 +41,8 @@ def _run(args, *, show_texts: bool) -> dict:
 
     from .bench.harness import run_method, tap_cost
 
-    torch.set_num_threads(args.threads) if args.threads else None
+    if args.threads:
+        torch.set_num_threads(args.threads)
     (target, drafter), synthetic = _models(args)
     if synthetic:
         print(f"NOTE: random-weight '{args.synthetic}' target and drafter built on the fly (no trained models yet). "

@@ -134,11 +134,66 @@ def main(argv=None) -> int:
         p.add_argument("--seed", type=int, default=0)
         if name == "bench":
             p.add_argument("--out", type=Path, default=Path("bench_results"))
+    _add_training_commands(sub)
     args = parser.parse_args(argv)
+    if hasattr(args, "handler"):
+        args.handler(args)
+        return 0
     report = _run(args, show_texts=args.command == "compare")
     if args.command == "bench":
         _save(report, args.out)
     return 0
+
+
+def _add_training_commands(sub) -> None:
+    """``specgen data ...`` and ``specgen train ...``; their modules are imported only when used."""
+    data = sub.add_parser("data", help="build the tiny world's corpus and tokenizer, regenerate responses")
+    data_sub = data.add_subparsers(dest="data_command", required=True)
+
+    corpus = data_sub.add_parser("corpus", help="build the offline corpus (stdlib code, prose, math) into a folder")
+    corpus.add_argument("out")
+    corpus.add_argument("--seed", type=int, default=0)
+    corpus.add_argument("--max-code-files", type=int, default=None)
+    corpus.set_defaults(handler=_data_corpus)
+
+    tok = data_sub.add_parser("tokenizer", help="train the byte-level BPE tokenizer on a corpus' pretraining text")
+    tok.add_argument("--corpus", required=True)
+    tok.add_argument("--out", required=True)
+    tok.add_argument("--vocab-size", type=int, default=8192)
+    tok.set_defaults(handler=_data_tokenizer)
+
+    regen = data_sub.add_parser("regenerate", help="replace responses with the target's own (drafter training data)")
+    from .training import regenerate
+
+    regenerate.add_arguments(regen)
+    regen.set_defaults(handler=lambda a: regenerate.regenerate(a))
+
+    train = sub.add_parser("train", help="train a target LM, a draft LM or a DFlash drafter")
+    train_sub = train.add_subparsers(dest="train_command", required=True)
+    from .training import dflash_trainer, lm
+
+    lm_parser = train_sub.add_parser("lm", help="pretrain a Qwen3-style LM, or distill a draft LM (--chat-data)")
+    lm.add_arguments(lm_parser)
+    lm_parser.set_defaults(handler=lambda a: lm.train_lm(a))
+    dflash_parser = train_sub.add_parser("dflash", help="train a DFlash drafter for a target (z-lab format)")
+    dflash_trainer.add_arguments(dflash_parser)
+    dflash_parser.set_defaults(handler=lambda a: dflash_trainer.train_dflash(a))
+
+
+def _data_corpus(args) -> None:
+    from .training.corpus import build_corpus
+
+    stats = build_corpus(args.out, args.seed, args.max_code_files)
+    print(json.dumps(stats["records"], indent=2))
+
+
+def _data_tokenizer(args) -> None:
+    from .training.corpus import iter_pretraining_text, read_jsonl
+    from .training.tokenizer import train_tokenizer
+
+    tokenizer = train_tokenizer(iter_pretraining_text(read_jsonl(Path(args.corpus) / "pretrain.jsonl")), args.out,
+                                vocab_size=args.vocab_size)
+    print(f"tokenizer with {len(tokenizer)} tokens written to {args.out}")
 
 
 if __name__ == "__main__":

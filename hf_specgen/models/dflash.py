@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.attention.flex_attention import BlockMask, flex_attention
 from transformers import DynamicCache, PreTrainedModel, Qwen3Config
 from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwen3RotaryEmbedding, rotate_half
 
@@ -35,6 +36,27 @@ def default_target_layer_ids(num_target_layers: int, num_taps: int) -> list[int]
     first, last = 1, num_target_layers - 3
     span = last - first
     return [int(round(first + i * span / (num_taps - 1))) for i in range(num_taps)]
+
+
+def dflash_config_for_target(target_config, num_layers: int, block_size: int, mask_token_id: int,
+                             target_layer_ids: list[int] | None = None, num_taps: int | None = None) -> Qwen3Config:
+    """A drafter config with the target's geometry, in z-lab's layout (``dflash_config`` nested, block size on top)."""
+    layers = target_config.num_hidden_layers
+    if target_layer_ids is None:
+        target_layer_ids = default_target_layer_ids(layers, num_taps or num_layers)
+    head_dim = getattr(target_config, "head_dim", None) or target_config.hidden_size // target_config.num_attention_heads
+    rope = getattr(target_config, "rope_parameters", None) or {"rope_type": "default",
+                                                               "rope_theta": getattr(target_config, "rope_theta", 1e6)}
+    return Qwen3Config(
+        vocab_size=target_config.vocab_size, hidden_size=target_config.hidden_size,
+        intermediate_size=target_config.intermediate_size, num_hidden_layers=num_layers,
+        num_attention_heads=target_config.num_attention_heads, num_key_value_heads=target_config.num_key_value_heads,
+        head_dim=head_dim, max_position_embeddings=target_config.max_position_embeddings,
+        rms_norm_eps=target_config.rms_norm_eps, rope_parameters=dict(rope), attention_bias=False,
+        tie_word_embeddings=False, block_size=block_size, num_target_layers=layers,
+        dflash_config={"mask_token_id": int(mask_token_id), "target_layer_ids": [int(i) for i in target_layer_ids]},
+        architectures=["DFlashDraftModel"],
+    )
 
 
 def read_dflash_settings(config) -> dict:
@@ -69,6 +91,19 @@ def _apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.
     return x * cos.unsqueeze(1) + rotate_half(x) * sin.unsqueeze(1)
 
 
+_COMPILED_FLEX = []
+
+
+def _flex_attention(on_gpu: bool):
+    # Uncompiled flex attention materializes the full score matrix; the fused kernel needs torch.compile (GPU only:
+    # on CPU it has no backward, and inference never uses a BlockMask).
+    if not on_gpu:
+        return flex_attention
+    if not _COMPILED_FLEX:
+        _COMPILED_FLEX.append(torch.compile(flex_attention, dynamic=True))
+    return _COMPILED_FLEX[0]
+
+
 class DFlashAttention(nn.Module):
     """Attention whose queries come from the block only and whose keys/values are [context ; block]."""
 
@@ -101,10 +136,16 @@ class DFlashAttention(nn.Module):
             k_ctx, v_ctx = past_key_values.update(k[:, :, :ctx_len], v[:, :, :ctx_len], self.layer_idx)
             k = torch.cat([k_ctx, k[:, :, ctx_len:]], dim=2)  # [B, kvh, cached + Q, hd]
             v = torch.cat([v_ctx, v[:, :, ctx_len:]], dim=2)
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attention_mask, scale=self.head_dim**-0.5,
-            enable_gqa=self.num_heads != self.num_kv_heads,
-        )  # [B, heads, Q, hd]
+        if isinstance(attention_mask, BlockMask):
+            # Training: thousands of block rows per sequence, each seeing a context prefix and its own block only; a
+            # block-sparse mask skips the rest (flex attention; compiled on GPU, where it also has a backward).
+            out = _flex_attention(q.is_cuda)(q, k, v, block_mask=attention_mask, scale=self.head_dim**-0.5,
+                                             enable_gqa=self.num_heads != self.num_kv_heads)
+        else:
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=attention_mask, scale=self.head_dim**-0.5,
+                enable_gqa=self.num_heads != self.num_kv_heads,
+            )  # [B, heads, Q, hd]
         return self.o_proj(out.transpose(1, 2).reshape(batch, q_len, self.num_heads * self.head_dim))
 
 
@@ -164,7 +205,8 @@ class DFlashDraftModel(PreTrainedModel):
         target_hidden:   [B, C, n_taps*H]  tapped target states of the C context rows not yet cached
         position_ids:    [B, C+Q]  absolute positions: context rows first, then block rows
         past_key_values: a transformers Cache holding earlier context K/V (appended to in place), or None
-        attention_mask:  [B, 1, Q, K] bool or additive float over keys [cache ; context? ; block]; None = see all
+        attention_mask:  [B, 1, Q, K] bool or additive float over keys [cache ; context? ; block], or a flex
+                         attention BlockMask over the same keys; None = see all
         returns:         [B, Q, H]
         """
         context = self.hidden_norm(self.fc(target_hidden))  # [B, C, H]

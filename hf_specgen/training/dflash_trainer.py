@@ -1,0 +1,270 @@
+"""``specgen train dflash``: train a DFlash drafter for any target, following the paper's recipe.
+
+One training example is a target-regenerated chat sequence (prompt + the target's own response). Per step:
+
+1. The frozen target runs once over the padded batch [M, S] and we keep its tapped hidden states [M, S, n_taps*H].
+2. Up to ``max_anchors`` anchor positions a are drawn per sequence among response tokens. Each makes a block
+   [token at a, mask x (B-1)] at positions a..a+B-1: exactly what the drafter sees at inference, where a is the last
+   committed (bonus) token.
+3. All blocks of a sequence go through the drafter in ONE forward: queries [M, A*B], keys [context S ; blocks A*B].
+   A block row sees context rows strictly before its anchor (the anchor's own hidden state does not exist yet at
+   inference) and every row of its own block, nothing else.
+4. Slot k (1..B-1) of anchor a predicts the token at a+k (same-position prediction), cross entropy weighted by
+   exp(-(k-1)/gamma) and normalized by the weight sum; slot 0 and positions outside the response are not scored.
+
+The target's embedding table and lm_head are used but never trained. The result is saved in z-lab's checkpoint format
+(the drafter's ``save_pretrained``), so it loads in hf_specgen, through ``AutoModel`` + ``trust_remote_code``, and in
+vLLM/SGLang.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from ..models.dflash import DFlashDraftModel, dflash_config_for_target
+from .corpus import read_jsonl
+from .lm import chat_examples
+from .loop import TrainSettings, run_training
+
+DEFAULT_GAMMA = {16: 7.0, 10: 5.0, 8: 4.0}  # the paper's decay per block size
+
+
+def default_gamma(block_size: int) -> float:
+    if block_size in DEFAULT_GAMMA:
+        return DEFAULT_GAMMA[block_size]
+    return max(1.0, 7.0 * block_size / 16)  # interpolate the paper's choices for other sizes
+
+
+def slot_weights(block_size: int, gamma: float) -> torch.Tensor:
+    """[B] loss weight per block slot: 0 for slot 0 (the given token), exp(-(k-1)/gamma) for slot k >= 1."""
+    k = torch.arange(block_size, dtype=torch.float32)
+    weights = torch.exp(-(k - 1) / gamma)
+    weights[0] = 0.0
+    return weights
+
+
+@dataclass
+class AnchorBatch:
+    """Everything one drafter forward needs for M sequences with A anchor slots each (padded)."""
+    input_ids: torch.Tensor  # [M, S] right-padded sequences (pad beyond each length)
+    anchors: torch.Tensor  # [M, A] anchor positions (0 where padded)
+    anchor_valid: torch.Tensor  # [M, A] bool
+    labels: torch.Tensor  # [M, A, B] token at anchor+k, or -100 where not scored
+    lengths: torch.Tensor  # [M]
+
+
+def sample_anchors(loss_mask: torch.Tensor, max_anchors: int, generator: torch.Generator) -> torch.Tensor:
+    """Sorted anchor positions for one sequence: response positions p with a scored next token, without replacement.
+
+    loss_mask: [S] bool (response tokens). A block may run past the end of the sequence; its later slots are simply
+    not scored, so short answers still teach the drafter how they end.
+    """
+    candidates = torch.nonzero(loss_mask[:-1] & loss_mask[1:]).flatten()  # [n] p with p and p+1 in the response
+    if len(candidates) > max_anchors:
+        candidates = candidates[torch.randperm(len(candidates), generator=generator)[:max_anchors]]
+    return torch.sort(candidates).values
+
+
+def build_anchor_batch(examples: list[tuple[list[int], int]], block_size: int, max_anchors: int,
+                       pad_id: int, generator: torch.Generator) -> AnchorBatch:
+    width = max(len(ids) for ids, _ in examples)
+    m = len(examples)
+    input_ids = torch.full((m, width), pad_id, dtype=torch.long)
+    per_sequence = []
+    for row, (ids, n_prompt) in enumerate(examples):
+        input_ids[row, : len(ids)] = torch.tensor(ids)
+        loss_mask = torch.zeros(len(ids), dtype=torch.bool)
+        loss_mask[n_prompt:] = True
+        per_sequence.append((sample_anchors(loss_mask, max_anchors, generator), loss_mask))
+    slots = max(1, max(len(a) for a, _ in per_sequence))
+    anchors = torch.zeros((m, slots), dtype=torch.long)
+    valid = torch.zeros((m, slots), dtype=torch.bool)
+    labels = torch.full((m, slots, block_size), -100, dtype=torch.long)
+    offsets = torch.arange(block_size)
+    for row, ((ids, _), (seq_anchors, loss_mask)) in enumerate(zip(examples, per_sequence)):
+        n = len(seq_anchors)
+        anchors[row, :n] = seq_anchors
+        valid[row, :n] = True
+        targets = seq_anchors[:, None] + offsets[None]  # [n, B] position each slot predicts
+        inside = targets < len(ids)
+        scored = inside & loss_mask[targets.clamp(max=len(ids) - 1)]
+        scored[:, 0] = False  # slot 0 holds the given token
+        labels[row, :n] = torch.where(scored, input_ids[row, targets.clamp(max=width - 1)], -100)
+    lengths = torch.tensor([len(ids) for ids, _ in examples])
+    return AnchorBatch(input_ids, anchors, valid, labels, lengths)
+
+
+def block_visibility(anchors: torch.Tensor, lengths: torch.Tensor, context_len: int, block_size: int) -> torch.Tensor:
+    """[M, 1, A*B, S + A*B] bool: which keys each block row may attend to (the dense form of the training mask)."""
+    m, a = anchors.shape
+    rows = torch.arange(a * block_size, device=anchors.device)
+    row_anchor = anchors[:, rows // block_size]  # [M, A*B]
+    ctx = torch.arange(context_len, device=anchors.device)
+    sees_context = (ctx[None, None] < row_anchor[..., None]) & (ctx[None, None] < lengths[:, None, None])
+    sees_block = (rows[None, :, None] // block_size) == (rows[None, None, :] // block_size)  # [1, A*B, A*B]
+    return torch.cat([sees_context, sees_block.expand(m, -1, -1)], dim=-1)[:, None]
+
+
+def flex_block_mask(anchors: torch.Tensor, lengths: torch.Tensor, context_len: int, block_size: int):
+    """The same visibility as :func:`block_visibility`, as a flex attention BlockMask (GPU training)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    m, a = anchors.shape
+
+    def visible(b, h, q, kv):
+        anchor = anchors[b, q // block_size]
+        in_context = (kv < context_len) & (kv < anchor) & (kv < lengths[b])
+        in_own_block = (kv >= context_len) & ((kv - context_len) // block_size == q // block_size)
+        return in_context | in_own_block
+
+    return create_block_mask(visible, m, None, a * block_size, context_len + a * block_size, device=anchors.device)
+
+
+def drafter_block_states(drafter: DFlashDraftModel, target, batch: AnchorBatch, use_flex: bool) -> torch.Tensor:
+    """[M, A*B, H]: the drafter's output for every block of every sequence, in one forward."""
+    device = next(drafter.parameters()).device
+    input_ids = batch.input_ids.to(device)
+    anchors, lengths = batch.anchors.to(device), batch.lengths.to(device)
+    m, s = input_ids.shape
+    a, block = anchors.shape[1], drafter.block_size
+    with torch.no_grad():
+        out = target.model(input_ids=input_ids, output_hidden_states=True)  # right padding: causal, no mask needed
+        taps = torch.cat([out.hidden_states[i + 1] for i in drafter.target_layer_ids], dim=-1)  # [M, S, n*H]
+        block_tokens = torch.full((m, a, block), drafter.mask_token_id, device=device)
+        block_tokens[:, :, 0] = torch.gather(input_ids, 1, anchors)  # [M, A, B] = [token at a, mask, ...]
+        noise = target.get_input_embeddings()(block_tokens.view(m, a * block))  # [M, A*B, H]
+    block_positions = (anchors[..., None] + torch.arange(block, device=device)).view(m, a * block)
+    position_ids = torch.cat([torch.arange(s, device=device).expand(m, -1), block_positions], dim=1)  # [M, S+A*B]
+    if use_flex:
+        mask = flex_block_mask(anchors, lengths, s, block)
+    else:
+        mask = block_visibility(anchors, lengths, s, block)
+    return drafter(noise_embedding=noise, target_hidden=taps, position_ids=position_ids, attention_mask=mask)
+
+
+def dflash_loss(drafter: DFlashDraftModel, target, batch: AnchorBatch, weights: torch.Tensor,
+                use_flex: bool) -> tuple[torch.Tensor, int]:
+    """Slot-weighted cross entropy of all blocks; returns (loss, number of scored slots)."""
+    hidden = drafter_block_states(drafter, target, batch, use_flex)
+    logits = target.lm_head(hidden).float()  # [M, A*B, V]; lm_head is frozen but passes gradients to the drafter
+    m, rows = hidden.shape[:2]
+    labels = batch.labels.to(hidden.device).view(m, rows)
+    token_loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1), ignore_index=-100,
+                                 reduction="none").view(m, rows)
+    slot_weight = weights.to(hidden.device).repeat(rows // weights.shape[0])[None] * (labels != -100)  # [M, A*B]
+    n_scored = int((labels != -100).sum())
+    return (token_loss * slot_weight).sum() / slot_weight.sum().clamp(min=1e-6), n_scored
+
+
+@torch.no_grad()
+def offline_acceptance(drafter, target, examples, pad_id: int, limit: int = 64) -> dict:
+    """Expected tokens per round on held-out sequences, judged against the data (teacher forcing).
+
+    For every response anchor whose block lies inside the response, the drafter's greedy block is compared with the
+    true next tokens; tau = 1 + the number of leading matches (the target's bonus token counts). A quick proxy for
+    decode-time tau on the target's own text.
+    """
+    generator = torch.Generator().manual_seed(1234)
+    block = drafter.block_size
+    matches, blocks = 0, 0
+    for start in range(0, min(limit, len(examples)), 8):
+        batch = build_anchor_batch(examples[start: start + 8], block, 10_000, pad_id, generator)
+        hidden = drafter_block_states(drafter, target, batch, use_flex=False)
+        m = hidden.shape[0]
+        guess = target.lm_head(hidden).argmax(-1).view(m, -1, block)[..., 1:]  # [M, A, B-1]
+        labels = batch.labels.to(guess.device)[..., 1:]
+        judged = (labels != -100).all(-1) & batch.anchor_valid.to(guess.device)
+        leading = (guess == labels).long().cumprod(-1).sum(-1)  # [M, A] leading matches per block
+        matches += int(leading[judged].sum())
+        blocks += int(judged.sum())
+    return {"offline_tau": 1 + matches / max(blocks, 1), "blocks_judged": blocks}
+
+
+def train_dflash(args) -> dict:
+    torch.manual_seed(args.seed)
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(args.target)
+    target = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32).eval()
+    target.requires_grad_(False)
+    mask_token_id = args.mask_token_id if args.mask_token_id is not None else tokenizer.mask_token_id
+    if mask_token_id is None:
+        raise ValueError("the tokenizer has no mask token; pass --mask-token-id (an id the target never produces, "
+                         "e.g. a reserved special token)")
+    if not 0 <= mask_token_id < target.config.vocab_size:
+        raise ValueError(f"--mask-token-id {mask_token_id} is outside the target's vocabulary "
+                         f"({target.config.vocab_size} tokens)")
+    config = dflash_config_for_target(target.config, args.layers, args.block_size, mask_token_id,
+                                      target_layer_ids=args.target_layer_ids, num_taps=args.num_taps)
+    drafter = DFlashDraftModel(config)
+    gamma = args.gamma or default_gamma(args.block_size)
+    weights = slot_weights(args.block_size, gamma)
+
+    records = read_jsonl(args.data)
+    examples = chat_examples(tokenizer, records, args.seq_len)
+    heldout = examples[: args.heldout]
+    train = examples[args.heldout:]
+    if not train:
+        raise ValueError(f"{args.data} has too few records ({len(examples)}) for --heldout {args.heldout}")
+    use_flex = {"flex": True, "dense": False, "auto": torch.cuda.is_available()}[args.attention]
+
+    def batch_for_step(index: int) -> AnchorBatch:
+        per_epoch = max(len(train) // args.batch_size, 1)
+        epoch, within = divmod(index, per_epoch)
+        order = torch.randperm(len(train), generator=torch.Generator().manual_seed(args.seed + epoch))
+        picks = order[within * args.batch_size: (within + 1) * args.batch_size].tolist()
+        generator = torch.Generator().manual_seed(args.seed * 1_000_003 + index)  # anchors differ every epoch
+        return build_anchor_batch([train[i] for i in picks], args.block_size, args.max_anchors,
+                                  tokenizer.pad_token_id, generator)
+
+    def loss_fn(model, batch):
+        if target.device != next(model.parameters()).device:
+            target.to(next(model.parameters()).device)
+        return dflash_loss(model, target, batch, weights, use_flex)
+
+    def evaluate(model):
+        return offline_acceptance(model, target, heldout, tokenizer.pad_token_id)
+
+    settings = TrainSettings(out_dir=str(out_dir), lr=args.lr, max_steps=args.max_steps,
+                             time_budget_minutes=args.time_budget_minutes, warmup_fraction=args.warmup_fraction,
+                             mixed_precision=args.mixed_precision, seed=args.seed, resume=not args.no_resume)
+    log = run_training(drafter, settings, batch_for_step, loss_fn, description=f"DFlash drafter b{args.block_size}",
+                       evaluate=evaluate,
+                       run_info={"target": str(args.target), "data": str(args.data), "train_sequences": len(train),
+                                 "heldout_sequences": len(heldout), "gamma": gamma, "max_anchors": args.max_anchors,
+                                 "attention": "flex" if use_flex else "dense",
+                                 "drafter_parameters": sum(p.numel() for p in drafter.parameters())})
+    drafter.save_pretrained(out_dir / "model")
+    print(json.dumps({k: v for k, v in log.items() if k != "history"}, indent=2))
+    return log
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--target", required=True, help="target model folder (frozen; its tokenizer is used)")
+    parser.add_argument("--data", required=True, help="prompt/response JSONL regenerated by the target")
+    parser.add_argument("--out", required=True, help="run folder: checkpoint/, log.json, loss.png, model/")
+    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument("--layers", type=int, default=2, help="drafter decoder layers")
+    parser.add_argument("--num-taps", type=int, default=None, help="tapped target layers (default: one per layer)")
+    parser.add_argument("--target-layer-ids", type=int, nargs="+", default=None)
+    parser.add_argument("--mask-token-id", type=int, default=None, help="default: the tokenizer's mask token")
+    parser.add_argument("--max-anchors", type=int, default=512, help="anchors per sequence (the paper: 512)")
+    parser.add_argument("--gamma", type=float, default=None, help="slot loss decay (default: 7 for B=16, 4 for B=8)")
+    parser.add_argument("--attention", default="auto", choices=["auto", "flex", "dense"],
+                        help="flex attention BlockMask (GPU) or a dense mask (CPU: flex has no CPU backward)")
+    parser.add_argument("--seq-len", type=int, default=3072)
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--heldout", type=int, default=64, help="sequences kept out for the offline tau estimate")
+    parser.add_argument("--lr", type=float, default=6e-4)
+    parser.add_argument("--warmup-fraction", type=float, default=0.04)
+    parser.add_argument("--max-steps", type=int, default=100_000)
+    parser.add_argument("--time-budget-minutes", type=float, default=None)
+    parser.add_argument("--mixed-precision", default="bf16", choices=["no", "bf16", "fp16"])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-resume", action="store_true")

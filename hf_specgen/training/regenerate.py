@@ -1,0 +1,109 @@
+"""``specgen data regenerate``: answer training prompts with the target itself.
+
+Drafters learn to predict *the target's* continuation, not the dataset's (DFlash, EAGLE and classic draft LMs all
+train on target-regenerated responses). Each prompt is answered greedily and, with ``--samples-per-prompt``, also by
+temperature sampling, so the drafter sees the target's sampled behaviour too. Prompts are batched by length with left
+padding through stock ``generate``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from .corpus import read_jsonl
+
+
+def _pick_records(records: list[dict], limit: int | None, seed: int) -> list[dict]:
+    """Up to ``limit`` records, domains in equal shares where the data allows (a seeded choice)."""
+    if limit is None or limit >= len(records):
+        return records
+    by_domain: dict[str, list[dict]] = {}
+    for record in records:
+        by_domain.setdefault(record.get("domain", "all"), []).append(record)
+    rng = random.Random(seed)
+    picked: list[dict] = []
+    domains = sorted(by_domain, key=lambda d: len(by_domain[d]))  # small domains first: their unused share moves on
+    for n, domain in enumerate(domains):
+        rows = by_domain[domain]
+        rng.shuffle(rows)
+        share = (limit - len(picked)) // (len(domains) - n)
+        picked += rows[:share]
+    rng.shuffle(picked)
+    return picked
+
+
+@torch.no_grad()
+def regenerate(args) -> None:
+    torch.manual_seed(args.seed)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    tokenizer = AutoTokenizer.from_pretrained(args.target)
+    tokenizer.padding_side = "left"
+    if tokenizer.chat_template is None:
+        raise ValueError(f"{args.target} has no chat template; regenerate needs one to format prompts")
+    model = AutoModelForCausalLM.from_pretrained(args.target, dtype=getattr(torch, args.dtype)).to(args.device).eval()
+    records = _pick_records(read_jsonl(args.data), args.limit, args.seed)
+    jobs = [(record, False) for record in records]
+    jobs += [(record, True) for record in records for _ in range(args.samples_per_prompt)]
+    prompts = [tokenizer.apply_chat_template([{"role": "user", "content": r["prompt"]}], tokenize=False,
+                                             add_generation_prompt=True) for r, _ in jobs]
+    lengths = [len(ids) for ids in tokenizer(prompts, add_special_tokens=False)["input_ids"]]
+    # Group greedy and sampled jobs separately (different generate arguments), each sorted by prompt length.
+    # Greedy and sampled jobs need different generate arguments, so they are batched apart, each by prompt length.
+    batches = []
+    for sampled in (False, True):
+        group = sorted((i for i in range(len(jobs)) if jobs[i][1] == sampled), key=lambda i: lengths[i])
+        batches += [group[i: i + args.batch_size] for i in range(0, len(group), args.batch_size)]
+
+    from tqdm.auto import tqdm
+
+    out_path = Path(args.out)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    counts: Counter[str] = Counter()
+    with open(out_path, "w", encoding="utf-8") as handle, tqdm(total=len(jobs), desc="regenerating", unit="resp") as bar:
+        for batch in batches:
+            sampled = jobs[batch[0]][1]
+            enc = tokenizer([prompts[i] for i in batch], return_tensors="pt", padding=True,
+                            add_special_tokens=False).to(model.device)
+            kwargs = dict(do_sample=True, temperature=args.temperature, top_p=args.top_p) if sampled else dict(
+                do_sample=False)
+            generated = model.generate(**enc, max_new_tokens=args.max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+                                       **kwargs)[:, enc["input_ids"].shape[1]:]
+            for row, i in enumerate(batch):
+                tokens = generated[row].tolist()
+                finished = tokenizer.eos_token_id in tokens
+                if finished:
+                    tokens = tokens[: tokens.index(tokenizer.eos_token_id)]
+                else:
+                    tokens = [t for t in tokens if t != tokenizer.pad_token_id]
+                record = jobs[i][0]
+                handle.write(json.dumps({
+                    "id": record.get("id"), "domain": record.get("domain"), "prompt": record["prompt"],
+                    "response": tokenizer.decode(tokens), "finished": finished, "sampled": sampled,
+                }, ensure_ascii=False) + "\n")
+                counts["sampled" if sampled else "greedy"] += 1
+                counts["finished"] += finished
+            bar.update(len(batch))
+    print(f"wrote {out_path}: {dict(counts)}")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--target", required=True, help="target model folder (with its tokenizer and chat template)")
+    parser.add_argument("--data", required=True, help="JSONL with 'prompt' (and 'domain') fields")
+    parser.add_argument("--out", required=True, help="output JSONL of prompt/response records")
+    parser.add_argument("--limit", type=int, default=None, help="at most this many prompts, domains balanced")
+    parser.add_argument("--samples-per-prompt", type=int, default=1, help="sampled answers per prompt besides greedy")
+    parser.add_argument("--temperature", type=float, default=0.8)
+    parser.add_argument("--top-p", type=float, default=0.95)
+    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0)

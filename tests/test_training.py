@@ -1,0 +1,231 @@
+"""Trainers: the DFlash training forward equals inference, masks and labels follow the recipe, runs resume, exports load."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+import torch
+
+import hf_specgen
+from hf_specgen.training import dflash_trainer as dt
+from hf_specgen.training.corpus import format_chat
+from hf_specgen.training.lm import chat_examples, pad_chat_batch
+from hf_specgen.training.loop import lr_factor
+
+from conftest import make_dflash, make_target
+
+
+def test_slot_weights_follow_the_recipe():
+    w = dt.slot_weights(16, 7.0)
+    assert w[0] == 0 and w[1] == 1
+    assert torch.allclose(w[5], torch.exp(torch.tensor(-4 / 7.0)))
+    assert dt.default_gamma(16) == 7 and dt.default_gamma(8) == 4 and dt.default_gamma(10) == 5
+
+
+def test_lr_schedule_warms_up_then_decays_to_the_floor():
+    assert lr_factor(0.0, 0.04, 0.1) < 0.01
+    assert lr_factor(0.04, 0.04, 0.1) == pytest.approx(1.0)
+    assert lr_factor(0.5, 0.04, 0.1) < 1.0
+    assert lr_factor(1.0, 0.04, 0.1) == pytest.approx(0.1)
+
+
+def test_anchor_labels_are_same_position_tokens_inside_the_response():
+    ids = list(range(10, 30))  # 20 tokens, prompt = first 6
+    batch = dt.build_anchor_batch([(ids, 6)], block_size=4, max_anchors=100, pad_id=0,
+                                  generator=torch.Generator().manual_seed(0))
+    anchors = batch.anchors[0][batch.anchor_valid[0]].tolist()
+    assert anchors == list(range(6, 19))  # response tokens with a scored next token
+    for j, a in enumerate(anchors):
+        row = batch.labels[0, j].tolist()
+        assert row[0] == -100  # slot 0 is the given token
+        for k in range(1, 4):
+            assert row[k] == (ids[a + k] if a + k < len(ids) else -100)
+    few = dt.build_anchor_batch([(ids, 6)], 4, 5, 0, torch.Generator().manual_seed(0))
+    assert int(few.anchor_valid.sum()) == 5
+
+
+def test_block_visibility_is_prefix_context_plus_own_block():
+    anchors = torch.tensor([[2, 5]])
+    vis = dt.block_visibility(anchors, torch.tensor([7]), context_len=7, block_size=3)[0, 0]  # [6, 7 + 6]
+    for row in range(6):
+        blk = row // 3
+        anchor = anchors[0, blk].item()
+        assert vis[row, :7].tolist() == [j < anchor for j in range(7)]
+        assert vis[row, 7:].tolist() == [j // 3 == blk for j in range(6)]
+
+
+def test_training_forward_equals_inference_forward():
+    """Each block of the batched training forward equals the drafter run as at inference on that anchor alone."""
+    torch.manual_seed(0)
+    target = make_target("qwen3")
+    drafter = make_dflash(target, block_size=4, num_layers=2, layer_ids=[0, 2])
+    ids = torch.randint(3, 250, (30,)).tolist()
+    other = torch.randint(3, 250, (22,)).tolist()
+    batch = dt.build_anchor_batch([(ids, 8), (other, 5)], 4, 6, 0, torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        trained = dt.drafter_block_states(drafter, target, batch, use_flex=False)  # [2, A*4, H]
+        for row, seq in enumerate((ids, other)):
+            seq_t = torch.tensor([seq])
+            hs = target.model(input_ids=seq_t, output_hidden_states=True).hidden_states
+            taps = torch.cat([hs[i + 1] for i in drafter.target_layer_ids], dim=-1)
+            for j in range(int(batch.anchor_valid[row].sum())):
+                a = int(batch.anchors[row, j])
+                block = torch.tensor([[seq[a]] + [drafter.mask_token_id] * 3])
+                positions = torch.arange(a + 4)[None]
+                single = drafter(noise_embedding=target.get_input_embeddings()(block), target_hidden=taps[:, :a],
+                                 position_ids=positions)
+                torch.testing.assert_close(trained[row, 4 * j: 4 * j + 4], single[0], atol=2e-5, rtol=1e-4)
+
+
+def test_flex_block_mask_matches_dense_mask():
+    torch.manual_seed(0)
+    target = make_target("qwen3")
+    drafter = make_dflash(target, block_size=4, num_layers=1, layer_ids=[1])
+    ids = torch.randint(3, 250, (40,)).tolist()
+    batch = dt.build_anchor_batch([(ids, 4), (ids[:33], 10)], 4, 8, 0, torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        dense = dt.drafter_block_states(drafter, target, batch, use_flex=False)
+        flex = dt.drafter_block_states(drafter, target, batch, use_flex=True)
+    valid = batch.anchor_valid.repeat_interleave(4, dim=1)
+    torch.testing.assert_close(flex[valid], dense[valid], atol=1e-4, rtol=1e-4)
+
+
+def test_dflash_loss_trains_only_the_drafter():
+    torch.manual_seed(0)
+    target = make_target("qwen3")
+    drafter = make_dflash(target, block_size=4, num_layers=1, layer_ids=[1])
+    drafter.train()
+    target.requires_grad_(False)
+    before = {k: v.clone() for k, v in target.state_dict().items()}
+    ids = torch.randint(3, 250, (24,)).tolist()
+    batch = dt.build_anchor_batch([(ids, 4)], 4, 12, 0, torch.Generator().manual_seed(0))
+    weights = dt.slot_weights(4, 4.0)
+    opt = torch.optim.AdamW(drafter.parameters(), lr=3e-3)
+    first = None
+    for _ in range(40):
+        loss, n = dt.dflash_loss(drafter, target, batch, weights, use_flex=False)
+        first = first if first is not None else float(loss.detach())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert n == int((batch.labels != -100).sum())
+    assert float(loss) < 0.5 * first  # a fixed batch is memorized: gradients reach the drafter
+    assert all(torch.equal(before[k], v) for k, v in target.state_dict().items())
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# End to end on a miniature world: tokenizer, target, regenerate, train lm (pretrain + distill), train dflash.
+# ----------------------------------------------------------------------------------------------------------------
+
+PROMPTS = [f"Solve: {a} + {b}" for a in range(1, 9) for b in range(2, 6)]
+
+
+@pytest.fixture(scope="module")
+def mini_world(tmp_path_factory):
+    from transformers import Qwen3ForCausalLM
+
+    from hf_specgen.training.lm import LMShape
+    from hf_specgen.training.tokenizer import train_tokenizer
+
+    root = tmp_path_factory.mktemp("mini")
+    texts = [format_chat(p, f"It is {eval(p.split(': ')[1])}.") for p in PROMPTS] * 3
+    tokenizer = train_tokenizer(texts, root / "tokenizer", vocab_size=300)
+    docs = [{"text": t, "domain": "math"} for t in texts]
+    (root / "docs.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    (root / "prompts.jsonl").write_text("".join(json.dumps({"prompt": p, "domain": "math"}) + "\n" for p in PROMPTS))
+    torch.manual_seed(0)
+    shape = LMShape(hidden_size=64, num_hidden_layers=4, intermediate_size=128, num_attention_heads=4,
+                    num_key_value_heads=2, head_dim=16, max_position_embeddings=256)
+    target = Qwen3ForCausalLM(shape.config(tokenizer))
+    target.save_pretrained(root / "target")
+    tokenizer.save_pretrained(root / "target")
+    return root
+
+
+def _lm_args(root: Path, out: Path, **kw) -> Namespace:
+    base = dict(tokenizer=str(root / "tokenizer"), pretrain_data=None, chat_data=None, eval_corpus=None, out=str(out),
+                hidden_size=64, layers=1, intermediate_size=128, heads=4, kv_heads=2, init_embeddings_from=None,
+                seq_len=64, batch_size=4, lr=3e-3, warmup_fraction=0.1, max_steps=6, time_budget_minutes=None,
+                mixed_precision="no", seed=0, no_resume=False)
+    base.update(kw)
+    return Namespace(**base)
+
+
+def test_train_lm_resumes_where_it_stopped(mini_world):
+    from hf_specgen.training.lm import train_lm
+
+    out = mini_world / "lm"
+    first = train_lm(_lm_args(mini_world, out, pretrain_data=str(mini_world / "docs.jsonl"), max_steps=4))
+    assert first["steps"] == 4 and (out / "loss.png").exists() and (out / "log.json").exists()
+    resumed = train_lm(_lm_args(mini_world, out, pretrain_data=str(mini_world / "docs.jsonl"), max_steps=7))
+    assert resumed["steps"] == 7  # continued from step 4, not from scratch
+    assert resumed["tokens_seen"] == 7 * 4 * 64
+
+
+def test_regenerate_then_distill_and_train_dflash(mini_world):
+    from hf_specgen.cli import main
+
+    regen = mini_world / "regen.jsonl"
+    main(["data", "regenerate", "--target", str(mini_world / "target"), "--data", str(mini_world / "prompts.jsonl"),
+          "--out", str(regen), "--max-new-tokens", "12", "--batch-size", "8", "--samples-per-prompt", "1"])
+    rows = [json.loads(line) for line in regen.read_text().splitlines()]
+    assert len(rows) == 2 * len(PROMPTS) and sum(r["sampled"] for r in rows) == len(PROMPTS)
+    # The greedy rows are the target's own greedy answers.
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(mini_world / "target")
+    target = AutoModelForCausalLM.from_pretrained(mini_world / "target")
+    row = next(r for r in rows if not r["sampled"])
+    prompt = tok(format_chat(row["prompt"]), return_tensors="pt", add_special_tokens=False)
+    expect = target.generate(**prompt, max_new_tokens=12, do_sample=False)[0, prompt["input_ids"].shape[1]:].tolist()
+    if tok.eos_token_id in expect:
+        expect = expect[: expect.index(tok.eos_token_id)]
+    assert row["response"] == tok.decode(expect)
+
+    from hf_specgen.training.lm import train_lm
+
+    draft = train_lm(_lm_args(mini_world, mini_world / "draft", chat_data=str(regen), max_steps=3,
+                              init_embeddings_from=str(mini_world / "target")))
+    assert draft["examples"] > 0
+
+    out = mini_world / "dflash"
+    main(["train", "dflash", "--target", str(mini_world / "target"), "--data", str(regen), "--out", str(out),
+          "--block-size", "4", "--layers", "1", "--max-anchors", "8", "--batch-size", "4", "--max-steps", "3",
+          "--heldout", "8", "--mixed-precision", "no"])
+    log = json.loads((out / "log.json").read_text())
+    assert log["steps"] == 3 and log["eval"]["offline_tau"] >= 1.0
+    config = json.loads((out / "model" / "config.json").read_text())
+    assert config["architectures"] == ["DFlashDraftModel"] and config["auto_map"]["AutoModel"] == "dflash.DFlashDraftModel"
+    assert config["block_size"] == 4 and config["dflash_config"]["mask_token_id"] == tok.mask_token_id
+    assert (out / "model" / "dflash.py").exists()
+
+    drafter = hf_specgen.load_drafter(out / "model")
+    hf_specgen.enable(target)
+    ids = prompt["input_ids"]
+    spec = target.generate(ids, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=20, do_sample=False)
+    base = target.generate(ids, max_new_tokens=20, do_sample=False)
+    assert torch.equal(spec, base)
+
+    # The exported folder loads through AutoModel + trust_remote_code where hf_specgen is not importable.
+    code = ("import sys; sys.modules['hf_specgen'] = None\n"
+            "from transformers import AutoModel\n"
+            f"m = AutoModel.from_pretrained({str(out / 'model')!r}, trust_remote_code=True)\n"
+            "print(type(m).__name__, m.block_size)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.split() == ["DFlashDraftModel", "4"]
+
+
+def test_chat_examples_mask_only_the_response(mini_world):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(mini_world / "tokenizer")
+    examples = chat_examples(tok, [{"prompt": "Solve: 1 + 2", "response": "It is 3."}], 64)
+    input_ids, labels = pad_chat_batch(examples, tok.pad_token_id)
+    scored = tok.decode(labels[0][labels[0] != -100])
+    assert scored == "It is 3." + tok.eos_token

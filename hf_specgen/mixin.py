@@ -13,14 +13,16 @@ import functools
 
 import torch
 
-from .config import SpeculativeConfig
+from .config import DEFAULT_NUM_DRAFT_TOKENS, SpeculativeConfig
 from .drafters.dflash import DFlashProposer
+from .drafters.draft_lm import DraftModelProposer
 from .engine.graphs import should_compile
 from .engine.loop import SpeculativeDecoder
 from .loading import as_dflash_drafter
 
 # generate() keyword arguments that configure the speculative call (SpeculativeConfig fields).
-_FLAT_KWARGS = {"speculative_mode": "mode", "block_size": "block_size", "speculative_compile": "compile",
+_FLAT_KWARGS = {"speculative_mode": "mode", "block_size": "block_size", "num_draft_tokens": "num_draft_tokens",
+                "speculative_compile": "compile",
                 "max_cache_len": "max_cache_len"}
 
 
@@ -55,18 +57,22 @@ def _build_decoder(target, assistant_model, spec: SpeculativeConfig) -> Speculat
             "(e.g. hf_specgen.load_drafter('z-lab/Qwen3-8B-DFlash-b16'))."
         )
     compile_steps = should_compile(spec.compile, target.device)
-    drafter = as_dflash_drafter(assistant_model)
+    drafter = assistant_model if spec.mode == "classic" else as_dflash_drafter(assistant_model)
     if drafter.device != target.device:
         raise ValueError(f"The drafter is on {drafter.device} and the target on {target.device}: move the drafter with .to({str(target.device)!r}).")
     target_dtype = target.get_input_embeddings().weight.dtype
     if drafter.dtype != target_dtype:
         raise ValueError(f"The drafter is {drafter.dtype} and the target {target_dtype}: load both in one dtype (drafter.to({target_dtype})).")
     # Compiled decoders are kept on the target so later calls reuse their graphs.
-    key = (spec.mode, id(drafter), spec.block_size, compile_steps)
+    key = (spec.mode, id(drafter), spec.block_size, spec.num_draft_tokens, compile_steps)
     cached = getattr(target, "_hf_specgen_decoders", {})
     if key in cached:
         return cached[key]
-    decoder = SpeculativeDecoder(target, DFlashProposer(drafter, target, spec.block_size, compile_steps), spec.mode, compile_steps)
+    if spec.mode == "classic":
+        proposer = DraftModelProposer(drafter, target, spec.num_draft_tokens or DEFAULT_NUM_DRAFT_TOKENS, compile_steps)
+    else:
+        proposer = DFlashProposer(drafter, target, spec.block_size, compile_steps)
+    decoder = SpeculativeDecoder(target, proposer, spec.mode, compile_steps)
     if compile_steps:
         target._hf_specgen_decoders = {key: decoder}  # one at a time: caches are big
     return decoder

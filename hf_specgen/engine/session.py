@@ -72,6 +72,11 @@ class DecodingSession:
         """Row i (slot start+i) sees every valid slot <= start+i: [1, 1, W, capacity]."""
         return self._additive((self._columns[None] <= start + self._rows) & self.slot_ok)
 
+    def causal_mask(self, first_slot: int, n_rows: int) -> torch.Tensor:
+        """Like ``verify_mask`` for any number of rows starting at ``first_slot``: [1, 1, n_rows, capacity]."""
+        rows = torch.arange(first_slot, first_slot + n_rows, device=self.device)[:, None]
+        return self._additive((self._columns[None] <= rows) & self.slot_ok)
+
     def block_mask(self, start: int) -> torch.Tensor:
         """Drafter mask, keys = [cache ; block]: cached context slots < start, and the whole block
         (bidirectional): [1, 1, W, capacity + W]."""

@@ -1,0 +1,67 @@
+"""speculative_mode="classic": a small causal LM drafts K tokens per round; output equals stock greedy."""
+
+from __future__ import annotations
+
+import copy
+import random
+import zlib
+
+import pytest
+import torch
+
+from conftest import make_target, random_prompt
+
+
+@pytest.mark.parametrize("family", ["qwen3", "llama", "qwen2", "mistral"])
+def test_classic_greedy_equals_stock_fp32(family):
+    target = make_target(family)
+    small = make_target(family, seed=5, num_hidden_layers=1)
+    rng = random.Random(zlib.crc32(family.encode()))
+    for case in range(8):
+        k = rng.choice((1, 3, 7))
+        prompt = random_prompt(rng, rng.randint(1, 150))
+        max_new = rng.randint(1, 60)
+        ref = target.generate(prompt, max_new_tokens=max_new, do_sample=False)
+        out = target.generate(prompt, assistant_model=small, speculative_mode="classic", num_draft_tokens=k,
+                              max_new_tokens=max_new, do_sample=False)
+        assert out.tolist() == ref.tolist(), (family, case, k)
+
+
+def test_target_as_its_own_draft_accepts_every_draft():
+    target = make_target("qwen3")
+    twin = copy.deepcopy(target)
+    prompt = random_prompt(random.Random(0), 40)
+    out = target.generate(prompt, assistant_model=twin, speculative_mode="classic", num_draft_tokens=5,
+                          max_new_tokens=61, do_sample=False, return_dict_in_generate=True)
+    ref = target.generate(prompt, max_new_tokens=61, do_sample=False)
+    assert out.sequences.tolist() == ref.tolist()
+    lengths = out.speculative_stats.acceptance_lengths
+    assert lengths[:-1] == [6] * (len(lengths) - 1)  # 60 tokens after the prefill's first: 10 full rounds
+
+
+def test_classic_with_padded_prompt_and_sampling_runs_and_keeps_length():
+    target = make_target("llama")
+    small = make_target("llama", seed=3, num_hidden_layers=1)
+    ids = torch.tensor([[0, 0, 5, 6, 7, 8]])
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1]])
+    ref = target.generate(ids, attention_mask=mask, max_new_tokens=20, do_sample=False, pad_token_id=0)
+    out = target.generate(ids, attention_mask=mask, assistant_model=small, speculative_mode="classic",
+                          max_new_tokens=20, do_sample=False, pad_token_id=0)
+    assert out.tolist() == ref.tolist()
+    torch.manual_seed(0)
+    sampled = target.generate(ids, attention_mask=mask, assistant_model=small, speculative_mode="classic",
+                              max_new_tokens=20, do_sample=True, top_k=20, pad_token_id=0)
+    assert sampled.shape[1] <= 26
+
+
+def test_classic_errors_name_the_fix():
+    target = make_target("qwen3")
+    other_vocab = make_target("qwen3", vocab_size=300, num_hidden_layers=1)
+    prompt = torch.tensor([[5, 6, 7]])
+    with pytest.raises(ValueError, match="same tokenizer|target's tokenizer"):
+        target.generate(prompt, assistant_model=other_vocab, speculative_mode="classic", max_new_tokens=4)
+    small = make_target("qwen3", seed=2, num_hidden_layers=1)
+    with pytest.raises(ValueError, match="num_draft_tokens"):
+        target.generate(prompt, assistant_model=small, speculative_mode="classic", block_size=4, max_new_tokens=4)
+    with pytest.raises(ValueError, match="num_draft_tokens must be"):
+        target.generate(prompt, assistant_model=small, speculative_mode="classic", num_draft_tokens=0)

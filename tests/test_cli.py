@@ -15,23 +15,38 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_compare_prints_side_by_side(capsys):
     assert main(["compare", "--synthetic", "tiny", "--dtype", "fp32", "--num-prompts", "2", "--max-new-tokens", "16"]) == 0
     out = capsys.readouterr().out
-    assert "random-weight" in out  # clearly labelled until trained models ship
-    assert "| autoregressive |" in out and "| dflash b16" in out
-    assert "2/2" in out  # fp32: identical tokens on every prompt
+    assert "random-weight" in out  # clearly labelled when no trained models are used
+    assert "| autoregressive " in out and "| dflash b16 " in out
+    assert "[identical to autoregressive]" in out and "differs" not in out  # fp32: identical tokens
 
 
-def test_bench_writes_json_and_chart(tmp_path):
+def test_bench_runs_every_method_and_writes_json_and_chart(tmp_path):
     assert main(["bench", "--synthetic", "tiny", "--dtype", "fp32", "--num-prompts", "2", "--max-new-tokens", "12",
-                 "--repeats", "2", "--block-sizes", "4", "8", "--out", str(tmp_path)]) == 0
+                 "--repeats", "2", "--block-sizes", "4", "8", "--num-draft-tokens", "3", "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "results.json").read_text())
-    assert set(report["methods"]) == {"autoregressive", "dflash b4", "dflash b8"}
+    assert set(report["methods"]) == {"autoregressive", "dflash b4", "dflash b8", "classic k3", "hf assisted",
+                                      "hf prompt lookup", "hf dflash (adapter)"}
     for name, method in report["methods"].items():
-        assert method["prompts_identical_to_autoregressive"] == 2
-        assert method["decode_tokens_per_second"] > 0
-        if name != "autoregressive":
+        entry = method["by_category"]["random"]
+        assert entry["identical_to_autoregressive"] == 2, name  # every method is lossless in fp32
+        assert entry["decode_tokens_per_second"] > 0
+        if name.startswith(("dflash", "classic")):
             assert set(method["time_split_seconds"]) == {"draft", "verify", "other"}
+            assert entry["pooled_tau"] >= 1.0
     assert report["tap_cost"]["verify_ms"] > 0
     assert (tmp_path / "speedup.png").stat().st_size > 1000
+
+
+def test_tiny_world_prompt_sets_are_shipped():
+    from hf_specgen.bench.prompt_sets import load_prompt_set, pick_prompts
+
+    assert len(load_prompt_set("humaneval")) == 164
+    assert len(load_prompt_set("specbench")) == 480
+    tiny = load_prompt_set("tinyworld")
+    assert {r["category"] for r in tiny} == {"code", "math", "prose"}
+    assert all("answer" in r for r in tiny if r["category"] == "math")
+    picked = pick_prompts(["tinyworld", "specbench"], 2)
+    assert len(picked) == 2 * 3 + 2 * len({r["category"] for r in load_prompt_set("specbench")})
 
 
 def test_offline_quickstart_runs():

@@ -1,11 +1,10 @@
-"""Models for benchmarks: a target + DFlash drafter from folders / Hub ids, or random ones built on the fly."""
+"""Random-weight stand-ins for benchmarks and tests: a target, a DFlash drafter and a draft LM built from configs."""
 
 from __future__ import annotations
 
 import torch
-from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3ForCausalLM
+from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from ..loading import load_drafter
 from ..mixin import enable
 from ..models.dflash import DFlashDraftModel
 
@@ -30,10 +29,6 @@ def synthetic_pair(size: str = "small", block_size: int = 16, dtype=torch.bfloat
         dflash_config={"mask_token_id": geometry["vocab_size"] - 1, "target_layer_ids": [1, layers - 3]},
     )
     drafter = DFlashDraftModel(drafter_config).to(dtype).eval()
-    return enable(target), drafter
-
-
-def load_pair(target_path: str, drafter_path: str, dtype=torch.bfloat16, device: str = "cpu"):
-    target = AutoModelForCausalLM.from_pretrained(target_path, dtype=dtype).to(device).eval()
-    drafter: DFlashDraftModel = load_drafter(drafter_path, dtype=dtype).to(device).eval()
-    return enable(target), drafter
+    draft_lm = Qwen3ForCausalLM(Qwen3Config(**{**geometry, "num_hidden_layers": 1}, max_position_embeddings=4096,
+                                            eos_token_id=None)).to(dtype).eval()
+    return enable(target), drafter, draft_lm

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from .corpus import read_jsonl
+from .corpus import check_answer, read_jsonl
 
 
 def _pick_records(records: list[dict], limit: int | None, seed: int) -> list[dict]:
@@ -89,8 +89,15 @@ def regenerate(args) -> None:
                 }, ensure_ascii=False) + "\n")
                 counts["sampled" if sampled else "greedy"] += 1
                 counts["finished"] += finished
+                if "answer" in record and not sampled:  # math problems: score the greedy answer
+                    counts["graded"] += 1
+                    counts["correct"] += check_answer(record, tokenizer.decode(tokens))
             bar.update(len(batch))
-    print(f"wrote {out_path}: {dict(counts)}")
+    summary = dict(counts)
+    if counts["graded"]:
+        summary["greedy_accuracy"] = counts["correct"] / counts["graded"]
+    Path(str(out_path) + ".summary.json").write_text(json.dumps(summary, indent=2))
+    print(f"wrote {out_path}: {summary}")
 
 
 def add_arguments(parser) -> None:
@@ -98,7 +105,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--data", required=True, help="JSONL with 'prompt' (and 'domain') fields")
     parser.add_argument("--out", required=True, help="output JSONL of prompt/response records")
     parser.add_argument("--limit", type=int, default=None, help="at most this many prompts, domains balanced")
-    parser.add_argument("--samples-per-prompt", type=int, default=1, help="sampled answers per prompt besides greedy")
+    parser.add_argument("--samples-per-prompt", type=int, default=1,
+                        help="sampled answers per prompt besides the greedy one (0: greedy only)")
     parser.add_argument("--temperature", type=float, default=0.8)
     parser.add_argument("--top-p", type=float, default=0.95)
     parser.add_argument("--max-new-tokens", type=int, default=256)

@@ -1,0 +1,50 @@
+"""Benchmark prompt sets, read from files shipped in the package (see ``prompts/LICENSES.md``).
+
+Each prompt is ``{"id", "category", "prompt", "answer"?}``; the text becomes one user turn of the target's chat
+template. ``tinyworld``: the tiny world's held-out code / math / prose prompts (math ones carry a checkable answer).
+``humaneval``: HumanEval's function stubs as "Complete this function" requests (category ``humaneval``).
+``specbench``: Spec-Bench's first turns, by its categories (the MT-Bench ones grouped as ``mt_bench``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from importlib import resources
+
+PROMPT_SETS = ("tinyworld", "humaneval", "specbench")
+MT_BENCH = {"writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"}
+
+
+def _lines(name: str) -> list[dict]:
+    path = resources.files("hf_specgen.bench") / "prompts" / name
+    raw = path.read_bytes()
+    text = gzip.decompress(raw).decode() if name.endswith(".gz") else raw.decode()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def load_prompt_set(name: str) -> list[dict]:
+    if name == "tinyworld":
+        return _lines("tinyworld.jsonl")
+    if name == "humaneval":
+        return [{"id": r["task_id"], "category": "humaneval", "prompt": "Complete this function:\n" + r["prompt"].strip("\n")}
+                for r in _lines("HumanEval.jsonl.gz")]
+    if name == "specbench":
+        return [{"id": str(r["question_id"]), "category": "mt_bench" if r["category"] in MT_BENCH else r["category"],
+                 "prompt": r["turns"][0]} for r in _lines("spec_bench_questions.jsonl")]
+    raise ValueError(f"unknown prompt set {name!r}: choose one of {', '.join(PROMPT_SETS)}")
+
+
+def pick_prompts(names: list[str], per_category: int, seed: int = 0) -> list[dict]:
+    """``per_category`` prompts of every category of the given sets, in a seeded order."""
+    picked = []
+    for name in names:
+        by_category: dict[str, list[dict]] = {}
+        for row in load_prompt_set(name):
+            by_category.setdefault(row["category"], []).append(row)
+        for category in sorted(by_category):
+            rows = list(by_category[category])
+            random.Random(f"{seed}-{category}").shuffle(rows)
+            picked += rows[:per_category]
+    return picked

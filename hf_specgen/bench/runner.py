@@ -1,0 +1,269 @@
+"""``specgen bench`` / ``specgen compare``: every method on the same prompts and the same target, in one run.
+
+Protocol (also in the README): each prompt is one user turn of the target's chat template (``--thinking`` sets
+Qwen3's ``enable_thinking``; off by default), greedy decoding unless ``--temperature`` > 0, ``--max-new-tokens``
+per prompt, one warm-up call per method, decode time from the first new token to the end (prefill excluded, the
+DFlash paper's convention), medians over ``--repeats``, speedups against autoregressive decoding measured in the
+same process. tau = committed tokens per verify round: pooled (all tokens / all rounds) and the per-prompt mean
+(the papers' convention).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .harness import MethodResult, run_method, tap_cost
+
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
+ALL_METHODS = ("autoregressive", "dflash", "classic", "hf-assisted", "hf-prompt-lookup", "hf-dflash")
+
+
+def hub_models_dir() -> Path:
+    """The tiny world's models, committed under ``hub_models/`` at the repository root."""
+    return Path(__file__).resolve().parents[2] / "hub_models"
+
+
+@dataclass
+class BenchModels:
+    target: torch.nn.Module
+    tokenizer: object | None = None
+    dflash: torch.nn.Module | None = None
+    draft_lm: torch.nn.Module | None = None
+    synthetic: bool = False
+    names: dict = field(default_factory=dict)
+
+
+def load_models(args) -> BenchModels:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ..loading import load_drafter
+    from ..mixin import enable
+    from .models import synthetic_pair
+
+    dtype = DTYPES[args.dtype]
+    if args.synthetic:
+        target, drafter, draft_lm = synthetic_pair(args.synthetic, dtype=dtype)
+        return BenchModels(target, None, drafter, draft_lm, True, {"target": f"random {args.synthetic}"})
+    world = hub_models_dir()
+    target_path = args.target or world / "specgen-tiny"
+    drafter_path = args.drafter or (world / "specgen-tiny-dflash-b16" if not args.target else None)
+    draft_path = args.draft_model or (world / "specgen-tiny-draft" if not args.target else None)
+    if not args.target and not Path(target_path).exists():
+        raise SystemExit(f"The tiny world's models are not in {world}: pass --target/--drafter/--draft-model, "
+                         "or --synthetic tiny for random stand-ins.")
+    target = AutoModelForCausalLM.from_pretrained(target_path, dtype=dtype).to(args.device).eval()
+    tokenizer = AutoTokenizer.from_pretrained(target_path)
+    drafter = load_drafter(str(drafter_path), dtype=dtype).to(args.device).eval() if drafter_path else None
+    draft_lm = (AutoModelForCausalLM.from_pretrained(draft_path, dtype=dtype).to(args.device).eval()
+                if draft_path else None)
+    names = {"target": str(target_path), "dflash": str(drafter_path), "draft_lm": str(draft_path)}
+    return BenchModels(enable(target), tokenizer, drafter, draft_lm, False, names)
+
+
+def encode_prompts(models: BenchModels, args) -> tuple[list[torch.Tensor], list[dict]]:
+    """Token ids [1, P] per prompt, and the prompt records (category, text, answer)."""
+    from .prompt_sets import pick_prompts
+
+    device = models.target.device
+    if models.synthetic:
+        rng = random.Random(args.seed)
+        vocab = models.target.config.vocab_size
+        records = [{"id": str(i), "category": "random", "prompt": ""} for i in range(args.num_prompts)]
+        ids = [torch.tensor([[rng.randrange(3, vocab - 1) for _ in range(rng.randint(16, 96))]], device=device)
+               for _ in records]
+        return ids, records
+    records = pick_prompts(args.prompts, args.num_prompts, args.seed)
+    tok = models.tokenizer
+    ids = []
+    for record in records:
+        text = tok.apply_chat_template([{"role": "user", "content": record["prompt"]}], tokenize=False,
+                                       add_generation_prompt=True, enable_thinking=args.thinking)
+        ids.append(tok(text, return_tensors="pt", add_special_tokens=False)["input_ids"].to(device))
+    return ids, records
+
+
+def build_methods(models: BenchModels, args) -> list[tuple[str, dict]]:
+    from .peers import NativeDFlashAdapter
+
+    base = dict(max_new_tokens=args.max_new_tokens, do_sample=args.temperature > 0)
+    if args.temperature > 0:
+        base["temperature"] = args.temperature
+    wanted = set(args.methods)
+    methods = [("autoregressive", base)]
+    if models.dflash is not None and "dflash" in wanted:
+        methods += [(f"dflash b{b}", {**base, "assistant_model": models.dflash, "speculative_mode": "dflash",
+                                      "block_size": b}) for b in args.block_sizes]
+    if models.draft_lm is not None and "classic" in wanted:
+        methods += [(f"classic k{k}", {**base, "assistant_model": models.draft_lm, "speculative_mode": "classic",
+                                       "num_draft_tokens": k}) for k in args.num_draft_tokens]
+    if models.draft_lm is not None and "hf-assisted" in wanted:
+        methods.append(("hf assisted", {**base, "assistant_model": models.draft_lm}))
+    if "hf-prompt-lookup" in wanted:
+        methods.append(("hf prompt lookup", {**base, "prompt_lookup_num_tokens": 10}))
+    if models.dflash is not None and "hf-dflash" in wanted and args.temperature == 0:
+        methods.append(("hf dflash (adapter)", {**base, "assistant_model": NativeDFlashAdapter(models.dflash),
+                                                "speculation_type": "dflash"}))
+    return methods
+
+
+def distinct_ngram_share(sequences: list[list[int]], n: int = 4) -> float:
+    """Distinct n-grams / all n-grams over the outputs: low values mean loops, where prompt lookup shines."""
+    grams = [tuple(seq[i: i + n]) for seq in sequences for i in range(len(seq) - n + 1)]
+    return len(set(grams)) / len(grams) if grams else 0.0
+
+
+def _subset(result: MethodResult, rows: list[int]) -> MethodResult:
+    sub = MethodResult(result.name)
+    sub.decode_seconds = [result.decode_seconds[i] for i in rows]
+    sub.decode_tokens = [result.decode_tokens[i] for i in rows]
+    sub.acceptance = [result.acceptance[i] for i in rows] if result.acceptance else []
+    sub.sequences = [result.sequences[i] for i in rows]
+    return sub
+
+
+def summarize(results: list[MethodResult], records: list[dict], tokenizer) -> dict:
+    """Per category and overall: tok/s, speedup vs autoregressive, tau (pooled and mean), lossless check, accuracy."""
+    from ..training.corpus import check_answer
+
+    categories = sorted({r["category"] for r in records})
+    groups = {c: [i for i, r in enumerate(records) if r["category"] == c] for c in categories}
+    if len(categories) > 1:
+        groups["all"] = list(range(len(records)))
+    baseline = results[0]
+    report = {}
+    for result in results:
+        per_group = {}
+        for group, rows in groups.items():
+            sub, base = _subset(result, rows), _subset(baseline, rows)
+            entry = {
+                "decode_tokens_per_second": sub.tokens_per_second,
+                "speedup": sub.tokens_per_second / base.tokens_per_second,
+                "pooled_tau": sub.pooled_tau, "mean_tau": sub.mean_tau,
+                "prompts": len(rows),
+                "identical_to_autoregressive": sum(sub.sequences[i] == base.sequences[i] for i in range(len(rows))),
+            }
+            answered = [i for i in rows if "answer" in records[i]]
+            if answered and tokenizer is not None:
+                entry["accuracy"] = statistics.mean(
+                    check_answer(records[i], tokenizer.decode(result.sequences[i])) for i in answered)
+            per_group[group] = entry
+        report[result.name] = {"by_category": per_group, "time_split_seconds": result.time_split,
+                               "distinct_4gram_share": distinct_ngram_share(result.sequences)}
+    return report
+
+
+def format_table(report: dict) -> str:
+    header = ["method", "category", "decode tok/s", "speedup", "tau pooled", "tau mean", "same as AR", "accuracy"]
+    rows = []
+    for name, method in report.items():
+        for group, e in method["by_category"].items():
+            rows.append([name, group, f"{e['decode_tokens_per_second']:.1f}", f"{e['speedup']:.2f}x",
+                         f"{e['pooled_tau']:.2f}" if e["pooled_tau"] else "-",
+                         f"{e['mean_tau']:.2f}" if e["mean_tau"] else "-",
+                         f"{e['identical_to_autoregressive']}/{e['prompts']}",
+                         f"{100 * e['accuracy']:.0f}%" if "accuracy" in e else "-"])
+    return markdown_table(rows, header)
+
+
+def markdown_table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+
+    def line(cells):
+        return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"
+
+    return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
+
+
+def run_bench(args, *, show_texts: bool) -> dict:
+    from tqdm.auto import tqdm
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    models = load_models(args)
+    if models.synthetic:
+        print(f"NOTE: random-weight '{args.synthetic}' models built on the fly: this shows the mechanics and the "
+              "engine's costs, not speedups (a random drafter accepts almost nothing).\n")
+    prompts, records = encode_prompts(models, args)
+    methods = build_methods(models, args)
+    results = []
+    with tqdm(total=len(methods) * len(prompts), desc="decoding", unit="prompt") as bar:
+        for name, kwargs in methods:
+            bar.set_postfix(method=name)
+            results.append(run_method(models.target, prompts, kwargs, args.repeats, name, bar))
+    report = summarize(results, records, models.tokenizer)
+    print(format_table(report))
+    split_rows = []
+    for name, method in report.items():
+        split = method["time_split_seconds"]
+        total = sum(split.values()) if split else 0
+        if total:
+            split_rows.append([name] + [f"{100 * split[k] / total:.0f}%" for k in ("draft", "verify", "other")])
+    if split_rows:
+        print("\ntime per round (our engine):")
+        print(markdown_table(split_rows, ["method", "draft", "verify", "other"]))
+    print(f"\ndistinct 4-grams in the autoregressive outputs: {report['autoregressive']['distinct_4gram_share']:.2f}")
+    full = {"settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "handler"},
+            "models": models.names, "synthetic": models.synthetic, "methods": report}
+    if models.dflash is not None and not show_texts:
+        full["tap_cost"] = tap_cost(models.target, models.dflash.target_layer_ids, max(args.block_sizes))
+    if show_texts:
+        print_side_by_side(results, records, models.tokenizer)
+    return full
+
+
+def print_side_by_side(results: list[MethodResult], records: list[dict], tokenizer) -> None:
+    baseline = results[0]
+    for i, record in enumerate(records):
+        print(f"\n=== prompt {i + 1} ({record['category']}) " + "=" * 40)
+        if tokenizer is not None:
+            print(record["prompt"][:300])
+        for result in results:
+            seq = result.sequences[i]
+            text = tokenizer.decode(seq) if tokenizer is not None else str(seq[:24])
+            same = "" if result is baseline else ("  [identical to autoregressive]" if seq == baseline.sequences[i]
+                                                  else "  [differs from autoregressive]")
+            tau = ""
+            if result.acceptance:
+                tau = f", tau {sum(result.acceptance[i]) / len(result.acceptance[i]):.2f}"
+            tps = result.decode_tokens[i] / max(result.decode_seconds[i], 1e-9)
+            print(f"--- {result.name} ({tps:.0f} tok/s{tau}){same}")
+            if result is baseline or seq != baseline.sequences[i]:
+                print(text[:600])
+
+
+def save_report(report: dict, out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "results.json").write_text(json.dumps(report, indent=2, default=str))
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"\nwrote {out_dir / 'results.json'} (install matplotlib for the chart: pip install 'hf-specgen[bench]')")
+        return
+    methods = [m for m in report["methods"] if m != "autoregressive"]
+    groups = list(next(iter(report["methods"].values()))["by_category"])
+    fig, axes = plt.subplots(1, 2, figsize=(max(8, 1.2 * len(groups) * len(methods) / 2 + 4), 4))
+    width = 0.8 / max(len(methods), 1)
+    for j, name in enumerate(methods):
+        cats = report["methods"][name]["by_category"]
+        xs = [i + j * width for i in range(len(groups))]
+        axes[0].bar(xs, [cats[g]["speedup"] for g in groups], width, label=name)
+        axes[1].bar(xs, [cats[g]["pooled_tau"] or 0 for g in groups], width, label=name)
+    for ax, label in zip(axes, ("decode speedup vs autoregressive", "tau (tokens per verify round)")):
+        ax.set_xticks([i + width * (len(methods) - 1) / 2 for i in range(len(groups))], groups)
+        ax.set_ylabel(label)
+    axes[0].axhline(1.0, color="black", lw=0.8)
+    axes[1].legend(fontsize=7)
+    fig.suptitle("random-weight stand-ins" if report["synthetic"] else report["models"].get("target", ""))
+    fig.tight_layout()
+    fig.savefig(out_dir / "speedup.png", dpi=120)
+    plt.close(fig)
+    print(f"\nwrote {out_dir / 'results.json'} and {out_dir / 'speedup.png'}")

@@ -39,6 +39,7 @@ def main(argv=None) -> int:
         if name == "bench":
             p.add_argument("--out", type=Path, default=Path("bench_results"))
     _add_training_commands(sub)
+    _add_world_commands(sub)
     args = parser.parse_args(argv)
     if hasattr(args, "handler"):
         args.handler(args)
@@ -86,6 +87,22 @@ def _add_training_commands(sub) -> None:
     dflash_parser = train_sub.add_parser("dflash", help="train a DFlash drafter for a target (z-lab format)")
     dflash_trainer.add_arguments(dflash_parser)
     dflash_parser.set_defaults(handler=lambda a: dflash_trainer.train_dflash(a))
+
+
+def _add_world_commands(sub) -> None:
+    world = sub.add_parser("world", help="package the tiny world's trained models as Hub folders with model cards")
+    world_sub = world.add_subparsers(dest="world_command", required=True)
+    export = world_sub.add_parser("export", help="copy runs/*/model into hub_models/ (bf16) and write model cards")
+    export.add_argument("--runs", required=True, help="the build folder (scripts/build_tiny_world.sh's RUN)")
+    export.add_argument("--out", default="hub_models")
+    export.add_argument("--bench", help="results.json of specgen bench, for the cards' decoding tables")
+    export.set_defaults(handler=_world_export)
+
+
+def _world_export(args) -> None:
+    from .training.export import export_world
+
+    export_world(args.runs, args.out, args.bench)
 
 
 def _data_corpus(args) -> None:

@@ -151,7 +151,7 @@ def _lm_args(root: Path, out: Path, **kw) -> Namespace:
     base = dict(tokenizer=str(root / "tokenizer"), pretrain_data=None, chat_data=None, eval_corpus=None, out=str(out),
                 hidden_size=64, layers=1, intermediate_size=128, heads=4, kv_heads=2, init_embeddings_from=None,
                 seq_len=64, batch_size=4, lr=3e-3, warmup_fraction=0.1, max_steps=6, time_budget_minutes=None,
-                mixed_precision="no", seed=0, no_resume=False)
+                mixed_precision="no", seed=0, no_resume=False, threads=0)
     base.update(kw)
     return Namespace(**base)
 
@@ -167,49 +167,58 @@ def test_train_lm_resumes_where_it_stopped(mini_world):
     assert resumed["tokens_seen"] == 7 * 4 * 64
 
 
-def test_regenerate_then_distill_and_train_dflash(mini_world):
+@pytest.fixture(scope="module")
+def trained_runs(mini_world):
+    """Regenerate, distill a draft LM, pretrain a 1-layer LM and train a DFlash drafter: a miniature build."""
     from hf_specgen.cli import main
-
-    regen = mini_world / "regen.jsonl"
-    main(["data", "regenerate", "--target", str(mini_world / "target"), "--data", str(mini_world / "prompts.jsonl"),
-          "--out", str(regen), "--max-new-tokens", "12", "--batch-size", "8", "--samples-per-prompt", "1"])
-    rows = [json.loads(line) for line in regen.read_text().splitlines()]
-    assert len(rows) == 2 * len(PROMPTS) and sum(r["sampled"] for r in rows) == len(PROMPTS)
-    # The greedy rows are the target's own greedy answers.
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(mini_world / "target")
-    target = AutoModelForCausalLM.from_pretrained(mini_world / "target")
-    row = next(r for r in rows if not r["sampled"])
-    prompt = tok(format_chat(row["prompt"]), return_tensors="pt", add_special_tokens=False)
-    expect = target.generate(**prompt, max_new_tokens=12, do_sample=False)[0, prompt["input_ids"].shape[1]:].tolist()
-    if tok.eos_token_id in expect:
-        expect = expect[: expect.index(tok.eos_token_id)]
-    assert row["response"] == tok.decode(expect)
-
     from hf_specgen.training.lm import train_lm
 
-    draft = train_lm(_lm_args(mini_world, mini_world / "draft", chat_data=str(regen), max_steps=3,
-                              init_embeddings_from=str(mini_world / "target")))
-    assert draft["examples"] > 0
-
-    out = mini_world / "dflash"
-    main(["train", "dflash", "--target", str(mini_world / "target"), "--data", str(regen), "--out", str(out),
+    runs = mini_world / "runs"
+    regen = runs / "regen.jsonl"
+    main(["data", "regenerate", "--target", str(mini_world / "target"), "--data", str(mini_world / "prompts.jsonl"),
+          "--out", str(regen), "--max-new-tokens", "12", "--batch-size", "8", "--samples-per-prompt", "1"])
+    train_lm(_lm_args(mini_world, runs / "target", pretrain_data=str(mini_world / "docs.jsonl"), max_steps=3))
+    train_lm(_lm_args(mini_world, runs / "draft", chat_data=str(regen), max_steps=3,
+                      init_embeddings_from=str(mini_world / "target")))
+    main(["train", "dflash", "--target", str(mini_world / "target"), "--data", str(regen), "--out", str(runs / "dflash"),
           "--block-size", "4", "--layers", "1", "--max-anchors", "8", "--batch-size", "4", "--max-steps", "3",
           "--heldout", "8", "--mixed-precision", "no"])
+    return runs
+
+
+def test_regenerated_greedy_rows_are_the_targets_own_answers(mini_world, trained_runs):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    rows = [json.loads(line) for line in (trained_runs / "regen.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 * len(PROMPTS) and sum(r["sampled"] for r in rows) == len(PROMPTS)
+    tok = AutoTokenizer.from_pretrained(mini_world / "target")
+    target = AutoModelForCausalLM.from_pretrained(mini_world / "target")
+    for row in [r for r in rows if not r["sampled"]][:4]:
+        prompt = tok(format_chat(row["prompt"]), return_tensors="pt", add_special_tokens=False)
+        expect = target.generate(**prompt, max_new_tokens=12, do_sample=False)[0, prompt["input_ids"].shape[1]:].tolist()
+        if tok.eos_token_id in expect:
+            expect = expect[: expect.index(tok.eos_token_id)]
+        assert row["response"] == tok.decode(expect)
+    assert json.loads((trained_runs / "draft" / "log.json").read_text())["examples"] == len(rows)
+
+
+def test_trained_dflash_exports_in_zlab_format_and_decodes_losslessly(mini_world, trained_runs):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = trained_runs / "dflash"
     log = json.loads((out / "log.json").read_text())
     assert log["steps"] == 3 and log["eval"]["offline_tau"] >= 1.0
+    tok = AutoTokenizer.from_pretrained(mini_world / "target")
     config = json.loads((out / "model" / "config.json").read_text())
     assert config["architectures"] == ["DFlashDraftModel"] and config["auto_map"]["AutoModel"] == "dflash.DFlashDraftModel"
     assert config["block_size"] == 4 and config["dflash_config"]["mask_token_id"] == tok.mask_token_id
     assert (out / "model" / "dflash.py").exists()
 
+    target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained(mini_world / "target"))
     drafter = hf_specgen.load_drafter(out / "model")
-    hf_specgen.enable(target)
-    ids = prompt["input_ids"]
+    ids = tok(format_chat(PROMPTS[3]), return_tensors="pt", add_special_tokens=False)["input_ids"]
     spec = target.generate(ids, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=20, do_sample=False)
-    base = target.generate(ids, max_new_tokens=20, do_sample=False)
-    assert torch.equal(spec, base)
+    assert torch.equal(spec, target.generate(ids, max_new_tokens=20, do_sample=False))
 
     # The exported folder loads through AutoModel + trust_remote_code where hf_specgen is not importable.
     code = ("import sys; sys.modules['hf_specgen'] = None\n"
@@ -219,6 +228,24 @@ def test_regenerate_then_distill_and_train_dflash(mini_world):
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.split() == ["DFlashDraftModel", "4"]
+
+
+def test_world_export_writes_hub_folders_with_cards(trained_runs, tmp_path):
+    from hf_specgen.training.export import DRAFT_LM, DRAFTER, TARGET, export_world
+
+    (trained_runs / "commands.txt").write_text("target\tspecgen train lm --the-exact-flags\n")
+    export_world(trained_runs, tmp_path / "hub")
+    for name in (TARGET, DRAFTER, DRAFT_LM):
+        card = (tmp_path / "hub" / name / "README.md").read_text()
+        assert card.startswith("---\nlibrary_name: transformers")
+        assert (tmp_path / "hub" / name / "model.safetensors").exists()
+    target_card = (tmp_path / "hub" / TARGET / "README.md").read_text()
+    assert "specgen train lm --the-exact-flags" in target_card
+    steps = json.loads((trained_runs / "target" / "log.json").read_text())["steps"]
+    assert f"{steps} steps" in target_card
+    assert "base_model: hf-specgen/specgen-tiny" in (tmp_path / "hub" / DRAFTER / "README.md").read_text()
+    config = json.loads((tmp_path / "hub" / DRAFTER / "config.json").read_text())
+    assert config["dtype"] == "bfloat16" and config["auto_map"]["AutoModel"] == "dflash.DFlashDraftModel"
 
 
 def test_chat_examples_mask_only_the_response(mini_world):

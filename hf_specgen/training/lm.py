@@ -153,6 +153,8 @@ def train_lm(args) -> dict:
     if bool(args.pretrain_data) == bool(args.chat_data):
         raise ValueError("give exactly one of --pretrain-data (documents JSONL) or --chat-data (prompt/response JSONL)")
     torch.manual_seed(args.seed)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
@@ -230,5 +232,6 @@ def add_arguments(parser) -> None:
     parser.add_argument("--max-steps", type=int, default=100_000)
     parser.add_argument("--time-budget-minutes", type=float, default=None)
     parser.add_argument("--mixed-precision", default="bf16", choices=["no", "bf16", "fp16"])
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-resume", action="store_true", help="start over even if out/checkpoint exists")

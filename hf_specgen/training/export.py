@@ -1,0 +1,198 @@
+"""``specgen world export``: copy the tiny world's trained models into Hub-style folders with model cards.
+
+Weights are stored in bf16 (the tiny world is benchmarked in bf16, and it keeps ``hub_models/`` small). Every figure
+in a card is read from the run's own ``log.json`` / summary files, next to the command that produced it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+TARGET, DRAFTER, DRAFT_LM = "specgen-tiny", "specgen-tiny-dflash-b16", "specgen-tiny-draft"
+
+
+def _read(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _commands(runs: Path) -> dict:
+    """The exact command lines recorded by scripts/build_tiny_world.sh (``NAME<TAB>command`` per line)."""
+    path = runs / "commands.txt"
+    if not path.exists():
+        return {}
+    return dict(line.split("\t", 1) for line in path.read_text().splitlines() if "\t" in line)
+
+
+def _front_matter(**fields) -> str:
+    lines = ["---"]
+    for key, value in fields.items():
+        if isinstance(value, list):
+            lines.append(f"{key}:")
+            lines += [f"- {v}" for v in value]
+        else:
+            lines.append(f"{key}: {value}")
+    return "\n".join(lines + ["---", ""])
+
+
+def _fmt_settings(log: dict) -> str:
+    s = log.get("settings", {})
+    budget = f"{s.get('time_budget_minutes')} min time budget" if s.get("time_budget_minutes") else f"{s.get('max_steps')} steps"
+    return (f"AdamW (betas 0.9/0.95, weight decay {s.get('weight_decay')}), peak lr {s.get('lr')}, "
+            f"{100 * s.get('warmup_fraction', 0):.0f}% warmup then cosine to {s.get('min_lr_ratio')}x, grad clip "
+            f"{s.get('grad_clip')}, {budget}, mixed precision {s.get('mixed_precision')}")
+
+
+def target_card(runs: Path) -> str:
+    log = _read(runs / "target" / "log.json")
+    math = _read(runs / "eval_math_greedy.jsonl.summary.json")
+    cmds = _commands(runs)
+    losses = log.get("eval", {}).get("loss", {})
+    loss_rows = "\n".join(f"| {d} | {v:.3f} |" for d, v in losses.items())
+    return _front_matter(library_name="transformers", license="apache-2.0", pipeline_tag="text-generation",
+                         tags=["hf_specgen", "tiny-world", "qwen3"]) + f"""
+# specgen-tiny
+
+A {log.get('parameters', 0) / 1e6:.1f}M-parameter Qwen3-architecture causal LM
+({log.get('non_embedding_parameters', 0) / 1e6:.1f}M without the tied embedding), pretrained from scratch on a CPU
+in {log.get('train_minutes', 0):.0f} minutes. It is the target model of hf_specgen's *tiny world*: a model family
+trained offline so speculative decoding can be measured on machines without a GPU or a model hub. It is not a useful
+assistant; it continues Python code, explains stdlib code in docstring English, and solves small arithmetic word
+problems.
+
+## Data
+The corpus is built by `specgen data corpus` (seed 0) from what every Python install has: standard-library source
+files (code), their docstrings and comments (prose), and generated multi-step arithmetic word problems with worked
+solutions (math). Whole files and 500 problems are held out. Pretraining mixes raw files, passages and chat-formatted
+instruction pairs (`<|user|>` / `<|assistant|>` / `<|end|>`), joined with `<|endoftext|>`. Tokenizer: byte-level BPE,
+{log.get('stream_tokens', 0) / 1e6:.1f}M training tokens, 8192 entries, digits split one per token, `<|mask|>`
+reserved for DFlash drafters.
+
+## Training
+{log.get('steps')} steps of 16 x 512 tokens, {log.get('tokens_seen', 0) / 1e6:.1f}M tokens seen; {_fmt_settings(log)}.
+
+```
+{cmds.get('target', '(see scripts/build_tiny_world.sh)')}
+```
+
+## Results
+Held-out loss (response tokens of held-out chat records, 200 per domain):
+
+| domain | loss |
+|---|---|
+{loss_rows}
+
+Greedy accuracy on the {math.get('graded', 0)} held-out arithmetic problems: **{100 * math.get('greedy_accuracy', 0):.1f}%**
+(exact final answer after `####`).
+
+```
+{cmds.get('eval_math', '')}
+```
+
+Speculative decoding figures for this target are in the drafters' cards and in the repository README.
+"""
+
+
+def drafter_card(runs: Path, bench: dict) -> str:
+    log = _read(runs / "dflash" / "log.json")
+    cmds = _commands(runs)
+    return _front_matter(library_name="transformers", license="apache-2.0", base_model=f"hf-specgen/{TARGET}",
+                         tags=["hf_specgen", "dflash", "speculative-decoding", "tiny-world"]) + f"""
+# specgen-tiny-dflash-b16
+
+A DFlash block-diffusion drafter (block 16, {log.get('drafter_parameters', 0) / 1e6:.2f}M parameters, 2 layers) for
+[specgen-tiny](../{TARGET}). It drafts 15 tokens in one forward from the target's hidden states (tapped layers in
+`config.json`, `dflash_config.target_layer_ids`) and borrows the target's embedding and lm_head. The checkpoint uses
+z-lab's DFlash format (`DFlashDraftModel`, `dflash.py` next to the weights), so it loads with hf_specgen, with
+`AutoModel.from_pretrained(..., trust_remote_code=True)`, and in engines that read that format.
+
+```python
+import hf_specgen
+from transformers import AutoModelForCausalLM
+target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained("hub_models/{TARGET}"))
+drafter = hf_specgen.load_drafter("hub_models/specgen-tiny-dflash-b16")
+out = target.generate(ids, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=128)
+```
+
+## Training
+The paper's recipe: the target's own responses to {log.get('train_sequences')} training prompts (greedy and sampled,
+`specgen data regenerate`), loss on response tokens only; up to {log.get('max_anchors')} random anchors per sequence;
+block mask (context strictly before the anchor, own block bidirectional, other blocks hidden; dense on CPU, flex
+attention on GPU); slot k predicts the token at anchor+k with weight exp(-(k-1)/{log.get('gamma')}); frozen target
+embedding and lm_head. {log.get('steps')} steps, {log.get('train_minutes', 0):.0f} minutes on a CPU; {_fmt_settings(log)}.
+Offline tau on {log.get('heldout_sequences')} held-out sequences (teacher-forced, block 16):
+**{log.get('eval', {}).get('offline_tau', 0):.2f}**.
+
+```
+{cmds.get('regenerate', '')}
+{cmds.get('dflash', '')}
+```
+
+## Decoding results
+{bench_table(bench, ('dflash',))}
+"""
+
+
+def draft_lm_card(runs: Path, bench: dict) -> str:
+    log = _read(runs / "draft" / "log.json")
+    cmds = _commands(runs)
+    return _front_matter(library_name="transformers", license="apache-2.0", base_model=f"hf-specgen/{TARGET}",
+                         pipeline_tag="text-generation", tags=["hf_specgen", "draft-model", "tiny-world"]) + f"""
+# specgen-tiny-draft
+
+A {log.get('parameters', 0) / 1e6:.1f}M-parameter, 2-layer Qwen3 causal LM with the tokenizer of
+[specgen-tiny](../{TARGET}), distilled from the target's own responses (token embeddings initialized from the
+target). It is the draft model for classic speculative decoding (`speculative_mode="classic"`), for transformers'
+assisted generation, and for FLy.
+
+## Training
+{log.get('examples')} target-regenerated responses, loss on response tokens only; {log.get('steps')} steps,
+{log.get('train_minutes', 0):.0f} minutes on a CPU; {_fmt_settings(log)}.
+
+```
+{cmds.get('draft', '')}
+```
+
+## Decoding results
+{bench_table(bench, ('classic', 'hf assisted'))}
+"""
+
+
+def bench_table(bench: dict, prefixes: tuple[str, ...]) -> str:
+    """Rows of the repository benchmark for the given methods (plus autoregressive), with its command."""
+    if not bench:
+        return "(run `specgen bench` to measure)"
+    rows = ["| method | category | decode tok/s | speedup | tau pooled | tau mean |", "|---|---|---|---|---|---|"]
+    for name, method in bench["methods"].items():
+        if name == "autoregressive" or name.startswith(prefixes):
+            for group, e in method["by_category"].items():
+                tau = f"{e['pooled_tau']:.2f} | {e['mean_tau']:.2f}" if e.get("pooled_tau") else "- | -"
+                rows.append(f"| {name} | {group} | {e['decode_tokens_per_second']:.1f} | {e['speedup']:.2f}x | {tau} |")
+    command = bench.get("command", "specgen bench")
+    return ("bf16 on a 2-core CPU, greedy, prefill excluded, medians of repeats, all methods in one run:\n\n"
+            + "\n".join(rows) + f"\n\n```\n{command}\n```")
+
+
+def export_world(runs: str | Path, out: str | Path, bench_json: str | Path | None = None) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ..models.dflash import DFlashDraftModel
+
+    runs, out = Path(runs), Path(out)
+    bench = _read(Path(bench_json)) if bench_json else {}
+    if bench:
+        bench["command"] = _commands(runs).get("bench", "specgen bench")
+    for name, src, card in ((TARGET, runs / "target" / "model", target_card(runs)),
+                            (DRAFT_LM, runs / "draft" / "model", draft_lm_card(runs, bench))):
+        model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.bfloat16)
+        model.generation_config.eos_token_id = model.config.eos_token_id
+        model.generation_config.pad_token_id = model.config.pad_token_id
+        model.save_pretrained(out / name)
+        AutoTokenizer.from_pretrained(src).save_pretrained(out / name)
+        (out / name / "README.md").write_text(card)
+    drafter = DFlashDraftModel.from_pretrained(runs / "dflash" / "model", dtype=torch.bfloat16)
+    drafter.save_pretrained(out / DRAFTER)
+    (out / DRAFTER / "README.md").write_text(drafter_card(runs, bench))
+    print(f"exported {TARGET}, {DRAFTER}, {DRAFT_LM} to {out}")

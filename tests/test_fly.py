@@ -1,0 +1,91 @@
+"""FLy: the policy's truth tables (spec's worked examples and more), the entropy, and the engine integration."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from hf_specgen.engine.fly import (
+    FlyVerifier, committed_prefix, fly_rescue, reference_window, top3_entropy,
+)
+
+
+def _exact(pattern: str) -> torch.Tensor:
+    return torch.tensor([c == "T" for c in pattern])
+
+
+def _rescued(pattern: str, window: int, theta: float = 0.3, entropy: float = 1.0) -> str:
+    exact = _exact(pattern)
+    flags = fly_rescue(exact, torch.full((len(pattern),), entropy), window, theta)
+    return "".join("R" if f else "." for f in flags.tolist())
+
+
+@pytest.mark.parametrize("pattern, window, expected, n", [
+    ("TFTTTFTT", 4, ".R......", 5),  # spec example 1: slot 1 rescued, emit d0..d4 then the target token at 5
+    ("FTTTTTTT", 6, "R.......", 8),  # spec example 2: all 8 plus the bonus
+    ("TTFTTTTT", 6, "........", 2),  # spec example 3: slot 2 lies in the last 6 slots
+    ("FTTTTTTT", 7, "R.......", 8),  # W=7: slot 0 <= K-W-1 = 0, its window slots 1..6 all match
+    ("FTTTTTTT", 8, "........", 0),  # W=8: slot 0 is among the last 8 slots
+    ("FTFTTTTT", 2, "R.R.....", 8),  # two mismatches, each judged on its own
+    ("FFTTTTTT", 3, ".R......", 0),  # slot 0's window contains slot 1's mismatch; slot 1 alone would pass
+    ("FTTTT", 6, ".....", 0),        # K < W: nothing can be rescued
+    ("FTTFT", 0, "R..R.", 5),        # W=0: every gated mismatch is rescued, even the last slots
+])
+def test_truth_tables(pattern, window, expected, n):
+    got = _rescued(pattern, window)
+    assert got == expected
+    final = _exact(pattern) | torch.tensor([c == "R" for c in got])
+    assert committed_prefix(final) == n
+
+
+def test_window_boundary_with_default_k15_w6():
+    # With K=15, W=6 only slots 0..8 can be rescued.
+    for j in range(15):
+        pattern = "T" * j + "F" + "T" * (14 - j)
+        assert (_rescued(pattern, 6)[j] == "R") == (j <= 8), j
+
+
+def test_entropy_gate_and_its_off_switch():
+    assert _rescued("FTTTTTTT", 6, theta=0.3, entropy=0.29) == "........"
+    assert _rescued("FTTTTTTT", 6, theta=0.3, entropy=0.30) == "R......."
+    assert _rescued("FTTTTTTT", 6, theta=0.01, entropy=0.0) == "R......."  # theta <= 0.01: gate off
+    assert _rescued("FTTTTTTT", 6, theta=0.0, entropy=0.0) == "R......."
+
+
+def test_vllm_window_convention_is_one_less():
+    assert reference_window(6, "vllm") == 7 and reference_window(6, "reference") == 6
+    assert reference_window(0, "vllm") == 0
+    # vLLM W=5 (five following matches) behaves as reference W=6.
+    assert _rescued("FTTTTTTT", reference_window(5, "vllm")) == _rescued("FTTTTTTT", 6)
+    with pytest.raises(ValueError, match="fly_window_convention"):
+        reference_window(6, "other")
+
+
+def test_top3_entropy_by_hand():
+    logits = torch.log(torch.tensor([0.5, 0.3, 0.1, 0.1]))
+    expect = -(0.5 * math.log(0.5) + 0.3 * math.log(0.3) + 0.1 * math.log(0.1))  # top 3 of the FULL softmax
+    assert float(top3_entropy(logits)) == pytest.approx(expect, abs=1e-6)
+    uniform3 = torch.tensor([0.0, 0.0, 0.0, -1e9])
+    assert float(top3_entropy(uniform3)) == pytest.approx(math.log(3), abs=1e-6)
+    assert float(top3_entropy(torch.tensor([30.0, 0.0, 0.0]))) < 1e-9
+    # Not renormalized over the top 3: many equal tokens give 3 * (1/V) * log V, not ln 3.
+    flat = torch.zeros(100)
+    assert float(top3_entropy(flat)) == pytest.approx(3 * 0.01 * math.log(100), abs=1e-6)
+
+
+def test_verifier_emits_draft_tokens_for_rescued_slots_and_target_token_after():
+    vocab, k = 10, 6
+    draft = torch.tensor([9, 1, 2, 3, 4, 5, 6])  # [last committed, d0..d5]
+    target_tokens = [1, 7, 3, 4, 5, 6, 8]  # the target disagrees at slot 1 only; bonus 8
+    logits = torch.full((k + 1, vocab), -5.0)
+    for row, tok in enumerate(target_tokens):
+        logits[row, tok] = 2.0
+    logits[1, 2] = 1.9  # slot 1: a near tie between 7 and the draft's 2 -> high entropy
+    verifier = FlyVerifier(window=3, theta=0.3)
+    decision = verifier.decide(draft, logits, logits, do_sample=False)
+    assert decision.new_tokens.tolist() == [1, 2, 3, 4, 5, 6, 8]
+    assert decision.rescued == 1 and decision.mismatches == 1 and decision.n_accepted == 6
+    strict = FlyVerifier(window=3, theta=1.0)  # H3 at slot 1 is about 0.70.decide(draft, logits, logits, do_sample=False)
+    assert strict.new_tokens.tolist() == [1, 7] and strict.rescued == 0

@@ -87,5 +87,6 @@ def test_verifier_emits_draft_tokens_for_rescued_slots_and_target_token_after():
     decision = verifier.decide(draft, logits, logits, do_sample=False)
     assert decision.new_tokens.tolist() == [1, 2, 3, 4, 5, 6, 8]
     assert decision.rescued == 1 and decision.mismatches == 1 and decision.n_accepted == 6
-    strict = FlyVerifier(window=3, theta=1.0)  # H3 at slot 1 is about 0.70.decide(draft, logits, logits, do_sample=False)
+    # H3 at slot 1 is about 0.70: a threshold of 1.0 refuses the rescue.
+    strict = FlyVerifier(window=3, theta=1.0).decide(draft, logits, logits, do_sample=False)
     assert strict.new_tokens.tolist() == [1, 7] and strict.rescued == 0

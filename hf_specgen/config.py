@@ -4,24 +4,37 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-SPECULATIVE_MODES = ("dflash", "classic")
-DEFAULT_NUM_DRAFT_TOKENS = 7
+from .engine.fly import FLY_SAMPLING_RULES, FLY_WINDOW_CONVENTIONS, check_fly_settings
+
+SPECULATIVE_MODES = ("dflash", "classic", "fly")
+LOSSY_MODES = ("fly",)
+DEFAULT_NUM_DRAFT_TOKENS = {"classic": 7, "fly": 15}
 
 
 @dataclass
 class SpeculativeConfig:
-    """Settings of ``generate(..., speculative_mode=...)``.
+    """Settings of ``generate(..., speculative_mode=...)``; each can also be a ``generate`` keyword argument or an
+    attribute of the ``generation_config`` (so ``generation_config.save_pretrained`` keeps them).
 
-    mode:          which method runs, all lossless: "dflash" (a DFlash drafter drafts a whole block in one forward
-                   from the target's hidden states) or "classic" (a small causal LM of the same tokenizer drafts
-                   tokens one by one: classic speculative decoding).
-    block_size:    tokens verified per round (DFlash: the drafted block, first slot = last committed token).
-                   None = the drafter's trained block size. Smaller than trained works; larger does not.
-    num_draft_tokens: tokens a draft LM proposes per round ("classic"); None = 7. The verify has K + 1 rows.
+    mode:          "dflash" (lossless; a DFlash drafter drafts a whole block in one forward from the target's hidden
+                   states), "classic" (lossless; a small causal LM of the same tokenizer drafts token by token) or
+                   "fly" (LOSSY, opt-in: FLy's loose verification over a draft LM's or a DFlash drafter's drafts;
+                   outputs differ from the target's own, task accuracy is what it keeps).
+    block_size:    tokens verified per round with a DFlash drafter (first slot = last committed token). None = the
+                   drafter's trained block size. Smaller than trained works; larger does not.
+    num_draft_tokens: K, tokens a draft LM proposes per round; None = 7 ("classic") or 15 ("fly"). K + 1 rows verified.
     compile:       torch.compile the fixed-shape draft and verify steps ("reduce-overhead": CUDA graphs on
                    GPU). "auto" = on for CUDA, off elsewhere (on CPU compile costs more than it saves).
     max_cache_len: upper bound on the KV cache the call may allocate (prompt + max_new_tokens + block);
                    None = no bound. A call that needs more raises instead of truncating.
+    fly_window:    FLy's deferred window W (default 6; 0 disables the window).
+    fly_window_convention: "reference" (W counts the mismatched slot; FLy's code) or "vllm" (W counts only the
+                   following matches: vLLM's ``fly_window_size``; vLLM W = reference W - 1).
+    fly_entropy_threshold: theta for the top-3 entropy gate, in nats (default 0.3; <= 0.01 disables the gate).
+    fly_sampling_rule: with do_sample=True: "reference" (draft accepted if it equals either of two target samples;
+                   FLy's code) or "lossless_core" (speculative sampling, with FLy's rescues on top).
+    fly_ngram:     Multi-Level Acceleration for a draft LM: prompt-lookup candidates checked by the draft model, so one
+                   draft forward can yield several draft tokens; the draft tokens are the same. None = on for "fly".
     """
 
     mode: str = "dflash"
@@ -29,9 +42,18 @@ class SpeculativeConfig:
     num_draft_tokens: int | None = None
     compile: bool | str = "auto"
     max_cache_len: int | None = None
+    fly_window: int = 6
+    fly_window_convention: str = "reference"
+    fly_entropy_threshold: float = 0.3
+    fly_sampling_rule: str = "reference"
+    fly_ngram: bool | None = None
 
     def __post_init__(self):
         self.validate()
+
+    @property
+    def lossy(self) -> bool:
+        return self.mode in LOSSY_MODES
 
     def validate(self) -> None:
         if self.mode not in SPECULATIVE_MODES:
@@ -44,14 +66,29 @@ class SpeculativeConfig:
         if self.num_draft_tokens is not None and (not isinstance(self.num_draft_tokens, int) or self.num_draft_tokens < 1):
             raise ValueError(f"num_draft_tokens must be an int >= 1, got {self.num_draft_tokens!r}.")
         if self.mode == "dflash" and self.num_draft_tokens is not None:
-            raise ValueError("num_draft_tokens applies to draft-LM modes ('classic'); DFlash drafts a block: use block_size.")
+            raise ValueError("num_draft_tokens applies to draft-LM modes ('classic', 'fly'); DFlash drafts a block: "
+                             "use block_size.")
         if self.mode == "classic" and self.block_size is not None:
-            raise ValueError("block_size applies to speculative_mode='dflash'; for 'classic' set num_draft_tokens "
+            raise ValueError("block_size applies to DFlash drafters; for 'classic' set num_draft_tokens "
                              "(tokens drafted per round).")
         if self.compile not in (True, False, "auto"):
             raise ValueError(f"compile must be True, False or 'auto', got {self.compile!r}.")
         if self.max_cache_len is not None and (not isinstance(self.max_cache_len, int) or self.max_cache_len < 1):
             raise ValueError(f"max_cache_len must be a positive int or None, got {self.max_cache_len!r}.")
+        check_fly_settings(self.fly_window, self.fly_entropy_threshold)
+        if self.fly_window_convention not in FLY_WINDOW_CONVENTIONS:
+            raise ValueError(f"fly_window_convention must be one of {FLY_WINDOW_CONVENTIONS}, got {self.fly_window_convention!r}.")
+        if self.fly_sampling_rule not in FLY_SAMPLING_RULES:
+            raise ValueError(f"fly_sampling_rule must be one of {FLY_SAMPLING_RULES}, got {self.fly_sampling_rule!r}.")
+        if self.fly_ngram not in (None, True, False):
+            raise ValueError(f"fly_ngram must be True, False or None, got {self.fly_ngram!r}.")
+        if self.mode != "fly":
+            changed = [f.name for f in fields(self) if f.name.startswith("fly_") and getattr(self, f.name) != f.default]
+            if changed:
+                raise ValueError(f"{changed} only apply to speculative_mode='fly' (lossy): drop them or set the mode.")
+
+    def draft_tokens(self) -> int:
+        return self.num_draft_tokens or DEFAULT_NUM_DRAFT_TOKENS.get(self.mode, 7)
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:

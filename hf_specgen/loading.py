@@ -30,11 +30,17 @@ def load_drafter(path_or_repo: str, **from_pretrained_kwargs):
     )
 
 
+def is_dflash_drafter(model) -> bool:
+    """Ours, or z-lab's remote-code class (same name and tensor layout)."""
+    return isinstance(model, DFlashDraftModel) or (
+        type(model).__name__ == "DFlashDraftModel" and hasattr(model, "fc") and hasattr(model, "layers"))
+
+
 def as_dflash_drafter(model) -> DFlashDraftModel:
     """Our DFlashDraftModel for ``model``: itself, or a weight-sharing twin of a z-lab remote-code instance."""
     if isinstance(model, DFlashDraftModel):
         return model
-    if type(model).__name__ == "DFlashDraftModel" and hasattr(model, "fc") and hasattr(model, "layers"):
+    if is_dflash_drafter(model):
         twin = getattr(model, "_hf_specgen_twin", None)
         if twin is None:
             # Same tensor names as z-lab's class: rebuild ours around the very same parameters (no copy).

@@ -9,70 +9,90 @@ transformers still prepares inputs, the generation config, logits processors and
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import torch
 
-from .config import DEFAULT_NUM_DRAFT_TOKENS, SpeculativeConfig
+from .config import SPECULATIVE_MODES, SpeculativeConfig
 from .drafters.dflash import DFlashProposer
 from .drafters.draft_lm import DraftModelProposer
 from .engine.graphs import should_compile
+from .engine.fly import FlyVerifier, reference_window
 from .engine.loop import SpeculativeDecoder
-from .loading import as_dflash_drafter
+from .loading import as_dflash_drafter, is_dflash_drafter
 
-# generate() keyword arguments that configure the speculative call (SpeculativeConfig fields).
+# generate() keyword arguments that configure the speculative call (SpeculativeConfig fields). The same names are read
+# from the generation_config, so settings saved with it (generation_config.speculative_mode = "fly", ...) apply.
 _FLAT_KWARGS = {"speculative_mode": "mode", "block_size": "block_size", "num_draft_tokens": "num_draft_tokens",
-                "speculative_compile": "compile",
-                "max_cache_len": "max_cache_len"}
+                "speculative_compile": "compile", "max_cache_len": "max_cache_len",
+                **{name: name for name in SpeculativeConfig.field_names() if name.startswith("fly_")}}
 
 
 def _speculative_config(kwargs: dict, generation_config) -> SpeculativeConfig | None:
-    """Pop the speculative settings out of generate's kwargs; None means a stock call."""
+    """Pop the speculative settings out of generate's kwargs; None means a stock call.
+
+    Precedence: keyword arguments, then ``speculative_config=``, then attributes of the generation config.
+    """
     given = kwargs.pop("speculative_config", None)
     flat = {field: kwargs.pop(name) for name, field in _FLAT_KWARGS.items() if name in kwargs}
-    if given is None and flat.get("mode") is None:
-        mode = getattr(generation_config, "speculative_mode", None)
-        if mode is None:
-            if flat:
-                raise ValueError(
-                    f"{sorted(k for k, v in _FLAT_KWARGS.items() if v in flat)} only apply to speculative decoding: "
-                    "also pass speculative_mode='dflash'."
-                )
-            return None
-        flat["mode"] = mode
-    if given is None:
-        return SpeculativeConfig(**flat)
+    saved = {field: getattr(generation_config, name) for name, field in _FLAT_KWARGS.items()
+             if getattr(generation_config, name, None) is not None}
+    if given is None and flat.get("mode") is None and saved.get("mode") is None:
+        if flat:
+            raise ValueError(
+                f"{sorted(k for k, v in _FLAT_KWARGS.items() if v in flat)} only apply to speculative decoding: "
+                f"also pass speculative_mode= one of {', '.join(map(repr, SPECULATIVE_MODES))}."
+            )
+        return None
     if isinstance(given, dict):
         given = SpeculativeConfig(**given)
-    if not isinstance(given, SpeculativeConfig):
+    if given is not None and not isinstance(given, SpeculativeConfig):
         raise TypeError(f"speculative_config must be a SpeculativeConfig or a dict, got {type(given).__name__}.")
-    merged = {**{f: getattr(given, f) for f in SpeculativeConfig.field_names()}, **{k: v for k, v in flat.items() if v is not None}}
-    return SpeculativeConfig(**merged)
+    base = {f: getattr(given, f) for f in SpeculativeConfig.field_names()} if given is not None else saved
+    return SpeculativeConfig(**{**base, **{k: v for k, v in flat.items() if v is not None}})
+
+
+def _build_proposer(target, assistant_model, spec: SpeculativeConfig, compile_steps: bool):
+    """The drafter side of the round: a DFlash block drafter or a draft LM, whichever ``assistant_model`` is."""
+    if spec.mode == "dflash" or (spec.mode == "fly" and is_dflash_drafter(assistant_model)):
+        if spec.num_draft_tokens is not None or spec.fly_ngram:
+            raise ValueError("With a DFlash drafter the block is drafted in one forward: set block_size, not "
+                             "num_draft_tokens / fly_ngram (those apply to a draft LM).")
+        return DFlashProposer(as_dflash_drafter(assistant_model), target, spec.block_size, compile_steps)
+    if spec.block_size is not None:
+        raise ValueError("block_size applies to DFlash drafters; with a draft LM set num_draft_tokens (tokens drafted "
+                         "per round).")
+    use_ngram = spec.mode == "fly" and spec.fly_ngram is not False
+    return DraftModelProposer(assistant_model, target, spec.draft_tokens(), compile_steps, ngram=use_ngram)
 
 
 def _build_decoder(target, assistant_model, spec: SpeculativeConfig) -> SpeculativeDecoder:
     if assistant_model is None:
         raise ValueError(
             f"speculative_mode={spec.mode!r} needs a drafter: pass assistant_model=... "
-            "(e.g. hf_specgen.load_drafter('z-lab/Qwen3-8B-DFlash-b16'))."
+            "(a DFlash drafter, e.g. hf_specgen.load_drafter('z-lab/Qwen3-8B-DFlash-b16'), or for 'classic' / 'fly' "
+            "a small causal LM with the target's tokenizer)."
         )
     compile_steps = should_compile(spec.compile, target.device)
-    drafter = assistant_model if spec.mode == "classic" else as_dflash_drafter(assistant_model)
-    if drafter.device != target.device:
-        raise ValueError(f"The drafter is on {drafter.device} and the target on {target.device}: move the drafter with .to({str(target.device)!r}).")
+    drafter = as_dflash_drafter(assistant_model) if spec.mode == "dflash" else assistant_model
+    device = next(drafter.parameters()).device
+    if device != target.device:
+        raise ValueError(f"The drafter is on {device} and the target on {target.device}: move the drafter with .to({str(target.device)!r}).")
     target_dtype = target.get_input_embeddings().weight.dtype
     if drafter.dtype != target_dtype:
         raise ValueError(f"The drafter is {drafter.dtype} and the target {target_dtype}: load both in one dtype (drafter.to({target_dtype})).")
     # Compiled decoders are kept on the target so later calls reuse their graphs.
-    key = (spec.mode, id(drafter), spec.block_size, spec.num_draft_tokens, compile_steps)
+    key = (id(assistant_model), dataclasses.astuple(spec), compile_steps)
     cached = getattr(target, "_hf_specgen_decoders", {})
     if key in cached:
         return cached[key]
-    if spec.mode == "classic":
-        proposer = DraftModelProposer(drafter, target, spec.num_draft_tokens or DEFAULT_NUM_DRAFT_TOKENS, compile_steps)
-    else:
-        proposer = DFlashProposer(drafter, target, spec.block_size, compile_steps)
-    decoder = SpeculativeDecoder(target, proposer, spec.mode, compile_steps)
+    proposer = _build_proposer(target, assistant_model, spec, compile_steps)
+    verifier = None
+    if spec.mode == "fly":
+        window = reference_window(spec.fly_window, spec.fly_window_convention)
+        verifier = FlyVerifier(window, spec.fly_entropy_threshold, spec.fly_sampling_rule)
+    decoder = SpeculativeDecoder(target, proposer, spec.mode, compile_steps, verifier=verifier)
     if compile_steps:
         target._hf_specgen_decoders = {key: decoder}  # one at a time: caches are big
     return decoder

@@ -90,3 +90,106 @@ def test_verifier_emits_draft_tokens_for_rescued_slots_and_target_token_after():
     # H3 at slot 1 is about 0.70: a threshold of 1.0 refuses the rescue.
     strict = FlyVerifier(window=3, theta=1.0).decide(draft, logits, logits, do_sample=False)
     assert strict.new_tokens.tolist() == [1, 7] and strict.rescued == 0
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Engine integration
+# ----------------------------------------------------------------------------------------------------------------
+import copy  # noqa: E402
+import random  # noqa: E402
+
+from conftest import make_dflash, make_target, random_prompt  # noqa: E402
+
+from hf_specgen.drafters.ngram import ngram_candidates  # noqa: E402
+
+
+def test_ngram_candidates_take_the_earliest_longest_match():
+    seq = [1, 2, 3, 9, 1, 2, 3, 7, 5, 1, 2, 3]
+    assert ngram_candidates(seq, 4, 6) == [9, 1, 2, 3, 7, 5]  # "1 2 3" first occurs at 0, followed by 9 ...
+    assert ngram_candidates(seq, 4, 2) == [9, 1]
+    assert ngram_candidates([4, 5, 6], 4, 6) == []
+    assert ngram_candidates([7, 8, 7], 4, 6) == [8, 7]  # n = 1: the earlier 7
+
+
+@pytest.mark.parametrize("family", ["qwen3", "llama"])
+def test_fly_that_can_rescue_nothing_equals_target_greedy(family):
+    """W larger than K: no mismatch can be rescued, so FLy reduces to exact verification."""
+    target = make_target(family)
+    small = make_target(family, seed=4, num_hidden_layers=1)
+    drafter = make_dflash(target, block_size=8)
+    rng = random.Random(3)
+    for _ in range(6):
+        prompt = random_prompt(rng, rng.randint(1, 80))
+        ref = target.generate(prompt, max_new_tokens=40, do_sample=False)
+        for assistant, extra in ((small, {"num_draft_tokens": 5}), (drafter, {"block_size": 8})):
+            out = target.generate(prompt, assistant_model=assistant, speculative_mode="fly", fly_window=20,
+                                  max_new_tokens=40, do_sample=False, return_dict_in_generate=True, **extra)
+            assert out.sequences.tolist() == ref.tolist()
+            assert out.speculative_stats.lossy and out.speculative_stats.rescued_tokens == 0
+
+
+def test_fly_with_gate_and_window_off_rescues_and_is_labelled_lossy():
+    target = make_target("qwen3")
+    small = make_target("qwen3", seed=4, num_hidden_layers=1)
+    prompt = random_prompt(random.Random(5), 30)
+    ref = target.generate(prompt, max_new_tokens=60, do_sample=False)
+    out = target.generate(prompt, assistant_model=small, speculative_mode="fly", fly_window=0,
+                          fly_entropy_threshold=0.0, num_draft_tokens=6, max_new_tokens=60, do_sample=False,
+                          return_dict_in_generate=True)
+    stats = out.speculative_stats
+    assert stats.lossy and stats.rescued_tokens > 0 and stats.initial_mismatches >= stats.rescued_tokens
+    assert out.sequences.shape == ref.shape  # max_new_tokens still exact
+    assert out.sequences.tolist() != ref.tolist()  # every drafted token is accepted: not the target's text
+
+
+def test_mla_drafts_the_same_tokens_with_fewer_forwards():
+    """Greedy drafting with and without prompt-lookup MLA: identical rounds (so identical drafts), fewer forwards."""
+    target = make_target("qwen3")
+    twin = copy.deepcopy(target)  # a draft LM that agrees with the target makes every draft token visible
+    twin.model.layers = twin.model.layers[:3]  # ... but not always: drop a layer
+    twin.config.num_hidden_layers = 3
+    pattern = [11, 12, 13, 14, 15, 16, 17, 18]
+    prompt = torch.tensor([pattern * 6])  # repetitive: prompt lookup finds candidates
+    runs = {}
+    for ngram in (False, True):
+        out = target.generate(prompt, assistant_model=twin, speculative_mode="fly", fly_window=20, fly_ngram=ngram,
+                              num_draft_tokens=10, max_new_tokens=60, do_sample=False, return_dict_in_generate=True)
+        runs[ngram] = out
+    assert runs[True].sequences.tolist() == runs[False].sequences.tolist()
+    assert runs[True].speculative_stats.acceptance_lengths == runs[False].speculative_stats.acceptance_lengths
+    assert runs[True].speculative_stats.draft_forwards < runs[False].speculative_stats.draft_forwards
+
+
+def test_fly_sampling_rules_run_and_keep_lengths():
+    target = make_target("qwen3")
+    small = make_target("qwen3", seed=4, num_hidden_layers=1)
+    prompt = random_prompt(random.Random(9), 20)
+    for rule in ("reference", "lossless_core"):
+        torch.manual_seed(0)
+        out = target.generate(prompt, assistant_model=small, speculative_mode="fly", fly_sampling_rule=rule,
+                              do_sample=True, top_k=10, max_new_tokens=30, return_dict_in_generate=True)
+        assert out.sequences.shape[1] <= 20 + 30 and out.speculative_stats.lossy
+
+
+def test_fly_settings_are_validated_and_saved_in_the_generation_config(tmp_path):
+    target = make_target("qwen3")
+    small = make_target("qwen3", seed=4, num_hidden_layers=1)
+    prompt = torch.tensor([[5, 6, 7]])
+    with pytest.raises(ValueError, match="fly_window must be"):
+        target.generate(prompt, assistant_model=small, speculative_mode="fly", fly_window=-1)
+    with pytest.raises(ValueError, match="fly_entropy_threshold"):
+        target.generate(prompt, assistant_model=small, speculative_mode="fly", fly_entropy_threshold=2.0)
+    with pytest.raises(ValueError, match="only apply to speculative_mode='fly'"):
+        target.generate(prompt, assistant_model=small, speculative_mode="classic", fly_window=3)
+    with pytest.raises(ValueError, match="block_size"):
+        target.generate(prompt, assistant_model=make_dflash(target), speculative_mode="fly", num_draft_tokens=4)
+    # Saved with the generation config, the settings apply without any keyword argument.
+    from transformers import GenerationConfig
+
+    GenerationConfig(speculative_mode="fly", fly_window=20, num_draft_tokens=4, max_new_tokens=12,
+                     do_sample=False).save_pretrained(tmp_path)
+    loaded = GenerationConfig.from_pretrained(tmp_path)
+    assert loaded.speculative_mode == "fly" and loaded.fly_window == 20
+    out = target.generate(prompt, assistant_model=small, generation_config=loaded, return_dict_in_generate=True)
+    assert out.speculative_stats.mode == "fly" and out.speculative_stats.block_size == 5
+    assert out.sequences.shape[1] == 3 + 12

@@ -6,7 +6,12 @@ Round r, with ``start`` = slot of the last committed token and K = num_draft_tok
      with the same values) and proposes d1 = argmax at ``start``;
   2. K-1 one-row steps feed d_j at slot start+j and propose d_{j+1}.
 The draft cache is a static cache indexed by the same slots as the target's; rejected drafts are simply overwritten
-next round. Drafts are greedy: with the engine's acceptance rule (accept while the draft equals the target's own
+next round.
+
+With ``ngram=True`` (FLy's Multi-Level Acceleration) each draft forward also carries up to M prompt-lookup candidate
+tokens (rows padded to M, so shapes stay fixed); the candidates' prefix that equals the draft model's own argmax is
+kept, plus the draft model's next token: one forward yields 1..M+1 draft tokens, and the draft tokens are exactly
+those of plain greedy drafting. Drafts are greedy: with the engine's acceptance rule (accept while the draft equals the target's own
 choice) this is lossless for greedy and for sampling (rejection sampling with a one-hot draft).
 """
 
@@ -17,6 +22,7 @@ import torch
 from ..engine.cache import set_cache_length, static_cache
 from ..engine.graphs import StepRunner
 from ..engine.taps import decoder_layers
+from .ngram import ngram_candidates
 
 
 def check_draft_lm_fits_target(draft_model, target) -> None:
@@ -38,19 +44,30 @@ def check_draft_lm_fits_target(draft_model, target) -> None:
 class DraftModelProposer:
     tapped_layer_ids: list[int] = []  # the draft model reads tokens only
 
-    def __init__(self, draft_model, target, num_draft_tokens: int, compile_steps: bool):
+    def __init__(self, draft_model, target, num_draft_tokens: int, compile_steps: bool, ngram: bool = False,
+                 max_ngram: int = 4, ngram_tokens: int = 6):
         check_draft_lm_fits_target(draft_model, target)
         self.draft_model = draft_model
         self.num_draft_tokens = num_draft_tokens
         self.block_size = num_draft_tokens + 1
+        self.ngram, self.max_ngram, self.ngram_tokens = ngram, max_ngram, ngram_tokens
+        # Padded candidate rows may be written past the last verified slot: the cache needs that much room.
+        self.cache_margin = ngram_tokens + 2 if ngram else 0
         self.forward_calls = 0
-        self._step = StepRunner(self._draft_step, compile_steps, draft_model.device)
+        device = next(draft_model.parameters()).device
+        self._step = StepRunner(self._draft_step, compile_steps, device)
+        self._rows_step = StepRunner(self._draft_rows_step, compile_steps, device)
+
+    def _forward(self, ids, positions, mask):
+        # ids [1, n]; positions [1, n]; mask [1, 1, n, capacity] -> logits [n, V]
+        return self.draft_model(input_ids=ids, position_ids=positions, attention_mask=mask,
+                                past_key_values=self.cache, use_cache=True).logits[0]
 
     def _draft_step(self, ids, positions, mask):
-        # ids [1, n]; positions [1, n]; mask [1, 1, n, capacity] -> argmax of the last row [1]
-        logits = self.draft_model(input_ids=ids, position_ids=positions, attention_mask=mask,
-                                  past_key_values=self.cache, use_cache=True).logits
-        return logits[0, -1:].argmax(dim=-1)
+        return self._forward(ids, positions, mask)[-1:].argmax(dim=-1)  # [1] argmax after the last row
+
+    def _draft_rows_step(self, ids, positions, mask):
+        return self._forward(ids, positions, mask).argmax(dim=-1)  # [n] argmax after every row
 
     def start(self, session, prompt_features) -> None:
         self.session = session
@@ -67,6 +84,8 @@ class DraftModelProposer:
 
     def propose(self) -> torch.Tensor:
         """[W]: the last committed token, then K greedy draft tokens."""
+        if self.ngram:
+            return self._propose_with_ngrams()
         session, start = self.session, self.session.last_slot
         first = max(start - 1, 0)
         n_rows = start + 1 - first  # 2, or 1 for a one-token prompt's first round
@@ -83,6 +102,32 @@ class DraftModelProposer:
             self.drafts[j + 1] = token[0]
         self.forward_calls += self.num_draft_tokens
         return self.drafts.clone()
+
+    def _propose_with_ngrams(self) -> torch.Tensor:
+        session, start, k, m = self.session, self.session.last_slot, self.num_draft_tokens, self.ngram_tokens
+        history = session.tokens[0, : start + 1].tolist()  # committed tokens
+        drafted: list[int] = []
+        pending_slot = max(start - 1, 0)
+        pending = history[pending_slot:]  # tokens not yet in the draft cache (as in plain drafting: 2 rows)
+        set_cache_length(self.cache, pending_slot)
+        while len(drafted) < k:
+            candidates = ngram_candidates(history + drafted, self.max_ngram, min(m, k - len(drafted) - 1))
+            rows = pending + candidates + [pending[-1]] * (m - len(candidates)) if candidates else pending
+            slots = slice(pending_slot, pending_slot + len(rows))
+            ids = torch.tensor([rows], device=session.device)
+            # Shapes: 2 or 1 pending rows, with or without M candidate rows: four fixed shapes in all.
+            predicted = self._rows_step(ids, session.positions[:, slots], session.causal_mask(pending_slot, len(rows)))
+            # Row len(pending)-1+i predicts the token after candidate i-1 (after the pending tokens for i = 0).
+            follow = predicted[len(pending) - 1: len(pending) + len(candidates)].tolist()
+            kept = 0
+            while kept < len(candidates) and candidates[kept] == follow[kept]:
+                kept += 1
+            drafted += candidates[:kept] + [follow[kept]]
+            pending_slot += len(pending) + kept  # the draft cache is valid through the last kept candidate
+            set_cache_length(self.cache, pending_slot)
+            pending = [follow[kept]]
+            self.forward_calls += 1
+        return torch.tensor(history[-1:] + drafted[:k], device=session.device)
 
     def commit(self, verify_features, n_committed: int) -> None:
         pass  # the next round re-reads the committed tokens from the session

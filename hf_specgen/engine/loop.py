@@ -63,9 +63,10 @@ def check_target(target, capacity: int) -> None:
 class SpeculativeDecoder:
     """Runs one speculative generate call for ``target`` with a proposer (see drafters/)."""
 
-    def __init__(self, target, proposer, mode: str, compile_steps: bool):
+    def __init__(self, target, proposer, mode: str, compile_steps: bool, verifier=None):
         self.target = target
         self.proposer = proposer
+        self.verifier = verifier  # None: lossless acceptance; a FlyVerifier: FLy's loose (lossy) rule
         self.mode = mode
         self.compile_steps = compile_steps
         self.width = proposer.block_size
@@ -94,7 +95,8 @@ class SpeculativeDecoder:
         target, width = self.target, self.width
         prompt_len = input_ids.shape[1]
         max_new_tokens = generation_config.max_length - prompt_len
-        capacity = _required_capacity(prompt_len, max_new_tokens, width, self.compile_steps)
+        margin = getattr(self.proposer, "cache_margin", 0)
+        capacity = _required_capacity(prompt_len, max_new_tokens, width + margin, self.compile_steps)
         if max_cache_len is not None and capacity > max_cache_len:
             raise ValueError(
                 f"This call needs a KV cache of {capacity} slots (prompt {prompt_len} + max_new_tokens {max_new_tokens} + "
@@ -111,7 +113,7 @@ class SpeculativeDecoder:
         dtype = target.get_input_embeddings().weight.dtype
         session = DecodingSession(input_ids, attention_mask, capacity, width, dtype)
         self.cache = static_cache(capacity, len(decoder_layers(target)))
-        stats = SpeculativeStats(mode=self.mode, block_size=width)
+        stats = SpeculativeStats(mode=self.mode, block_size=width, lossy=self.verifier is not None)
         clock = Stopwatch(target.device)
         if streamer is not None:
             streamer.put(input_ids.cpu())
@@ -171,9 +173,15 @@ class SpeculativeDecoder:
                     )
                     r2 = clock.now()
                     scores = process_block_logits(logits, session.committed(), draft, logits_processor)
-                    choices = target_choices(scores, do_sample)  # [W]
-                    n_accepted = accepted_length(draft, choices)
-                    new_tokens = torch.cat([draft[1 : 1 + n_accepted], choices[n_accepted : n_accepted + 1]])
+                    if self.verifier is None:
+                        choices = target_choices(scores, do_sample)  # [W]
+                        n_accepted = accepted_length(draft, choices)
+                        new_tokens = torch.cat([draft[1 : 1 + n_accepted], choices[n_accepted : n_accepted + 1]])
+                    else:
+                        decision = self.verifier.decide(draft, logits, scores, do_sample)
+                        n_accepted, new_tokens = decision.n_accepted, decision.new_tokens
+                        stats.mismatches_per_round.append(decision.mismatches)
+                        stats.rescued_per_round.append(decision.rescued)
                     # Target cache keeps the verified rows up to the last accepted draft.
                     set_cache_length(self.cache, start + n_accepted + 1)
                     if features is not None and self.compile_steps:
@@ -190,6 +198,7 @@ class SpeculativeDecoder:
                 streamer.end()
 
         stats.new_tokens = session.length - prompt_len
+        stats.draft_forwards = getattr(self.proposer, "forward_calls", stats.num_rounds)
         sequences = session.committed().clone()
         if not generation_config.return_dict_in_generate:
             return sequences

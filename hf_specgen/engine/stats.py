@@ -13,12 +13,19 @@ class SpeculativeStats:
     """What one speculative ``generate`` call did.
 
     acceptance_lengths: tokens committed in each round (accepted drafts + the target's bonus token).
+    lossy: True for FLy: tokens may differ from the target's own. Then, per round, mismatches_per_round counts
+    draft tokens the target disagreed with and rescued_per_round those FLy emitted anyway.
+    draft_forwards: drafter forward passes (a draft LM with n-gram MLA needs fewer than tokens drafted).
     Times are wall-clock seconds; decode excludes the prefill (the DFlash paper's convention).
     """
 
     mode: str
     block_size: int
+    lossy: bool = False
     acceptance_lengths: list[int] = field(default_factory=list)
+    mismatches_per_round: list[int] = field(default_factory=list)
+    rescued_per_round: list[int] = field(default_factory=list)
+    draft_forwards: int = 0
     new_tokens: int = 0
     prefill_time: float = 0.0
     draft_time: float = 0.0
@@ -35,6 +42,16 @@ class SpeculativeStats:
         return sum(self.acceptance_lengths) / max(1, self.num_rounds)
 
     @property
+    def rescued_tokens(self) -> int:
+        """FLy: emitted draft tokens that exact verification would have refused."""
+        return sum(self.rescued_per_round)
+
+    @property
+    def initial_mismatches(self) -> int:
+        """FLy: draft tokens the target disagreed with, before any rescue."""
+        return sum(self.mismatches_per_round)
+
+    @property
     def other_time(self) -> float:
         """Decode time spent outside the drafter and target forwards (bookkeeping, masks, stop checks)."""
         return max(0.0, self.decode_time - self.draft_time - self.verify_time)
@@ -49,6 +66,11 @@ class SpeculativeStats:
         return {
             "mode": self.mode,
             "block_size": self.block_size,
+            "lossy": self.lossy,
+            "draft_forwards": self.draft_forwards,
+            "initial_mismatches": self.initial_mismatches,
+            "rescued_tokens": self.rescued_tokens,
+            "rescued_per_round": list(self.rescued_per_round),
             "num_rounds": self.num_rounds,
             "new_tokens": self.new_tokens,
             "mean_acceptance_length": self.mean_acceptance_length,

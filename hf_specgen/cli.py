@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from .bench.prompt_sets import PROMPT_SETS
-from .bench.runner import ALL_METHODS, DTYPES
+from .bench.runner import ALL_METHODS, DTYPES, LOSSLESS_DEFAULT
 
 
 def main(argv=None) -> int:
@@ -23,7 +23,9 @@ def main(argv=None) -> int:
         p.add_argument("--synthetic", choices=["tiny", "small"], help="random-weight stand-ins instead of real models")
         p.add_argument("--prompts", nargs="+", default=["tinyworld"], choices=list(PROMPT_SETS))
         p.add_argument("--methods", nargs="+", choices=list(ALL_METHODS),
-                       default=list(ALL_METHODS) if name == "bench" else ["autoregressive", "dflash"])
+                       default=list(LOSSLESS_DEFAULT) if name == "bench" else ["autoregressive", "dflash"],
+                       help="fly and fly-dflash are lossy and run only when named here")
+        p.add_argument("--categories", nargs="+", help="only prompts of these categories (e.g. math)")
         p.add_argument("--dtype", default="bf16", choices=list(DTYPES))
         p.add_argument("--device", default="cpu")
         p.add_argument("--block-sizes", type=int, nargs="+", default=[8, 16] if name == "bench" else [16])
@@ -38,6 +40,8 @@ def main(argv=None) -> int:
         p.add_argument("--seed", type=int, default=0)
         if name == "bench":
             p.add_argument("--out", type=Path, default=Path("bench_results"))
+            p.add_argument("--fly-sweep", action="store_true",
+                           help="FLy ablations instead of the method list: W, theta, MLA, exact baselines")
     _add_training_commands(sub)
     _add_world_commands(sub)
     args = parser.parse_args(argv)

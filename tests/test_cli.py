@@ -37,6 +37,18 @@ def test_bench_runs_every_method_and_writes_json_and_chart(tmp_path):
     assert (tmp_path / "speedup.png").stat().st_size > 1000
 
 
+def test_fly_sweep_runs_the_ablation_set(tmp_path):
+    assert main(["bench", "--synthetic", "tiny", "--dtype", "fp32", "--num-prompts", "1", "--max-new-tokens", "8",
+                 "--repeats", "1", "--fly-sweep", "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "results.json").read_text())
+    names = set(report["methods"])
+    assert {"fly W=0", "fly W=6 (default)", "fly theta=0", "fly W=6 without MLA", "classic k15 (exact)",
+            "fly over dflash b16"} <= names
+    for name in names:
+        if not name.startswith("fly"):  # the exact baselines stay lossless
+            assert report["methods"][name]["by_category"]["random"]["identical_to_autoregressive"] == 1
+
+
 def test_tiny_world_prompt_sets_are_shipped():
     from hf_specgen.bench.prompt_sets import load_prompt_set, pick_prompts
 

@@ -45,6 +45,7 @@ class MethodResult:
     decode_tokens: list[int] = field(default_factory=list)  # per prompt: new tokens - 1 (first comes from prefill)
     acceptance: list[list[int]] = field(default_factory=list)  # per prompt: committed tokens per round
     time_split: dict[str, float] = field(default_factory=dict)  # summed over prompts (last repeat)
+    counters: dict[str, int] = field(default_factory=dict)  # FLy rescues, mismatches, draft forwards (last repeat)
     sequences: list[list[int]] = field(default_factory=list)
 
     @property
@@ -83,6 +84,8 @@ def run_method(target, prompts, gen_kwargs: dict, repeats: int, name: str, progr
             split["draft"] += stats.draft_time
             split["verify"] += stats.verify_time
             split["other"] += stats.other_time
+            for key in ("rescued_tokens", "initial_mismatches", "draft_forwards"):
+                result.counters[key] = result.counters.get(key, 0) + getattr(stats, key)
         if progress is not None:
             progress.update(1)
     if result.acceptance:

@@ -21,7 +21,9 @@ import torch
 from .harness import MethodResult, run_method, tap_cost
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
-ALL_METHODS = ("autoregressive", "dflash", "classic", "hf-assisted", "hf-prompt-lookup", "hf-dflash")
+ALL_METHODS = ("autoregressive", "dflash", "classic", "hf-assisted", "hf-prompt-lookup", "hf-dflash", "fly",
+               "fly-dflash")
+LOSSLESS_DEFAULT = ("autoregressive", "dflash", "classic", "hf-assisted", "hf-prompt-lookup", "hf-dflash")
 
 
 def hub_models_dir() -> Path:
@@ -79,6 +81,10 @@ def encode_prompts(models: BenchModels, args) -> tuple[list[torch.Tensor], list[
                for _ in records]
         return ids, records
     records = pick_prompts(args.prompts, args.num_prompts, args.seed)
+    if args.categories:
+        records = [r for r in records if r["category"] in args.categories]
+        if not records:
+            raise SystemExit(f"no prompt of categories {args.categories} in {args.prompts}")
     tok = models.tokenizer
     ids = []
     for record in records:
@@ -109,6 +115,31 @@ def build_methods(models: BenchModels, args) -> list[tuple[str, dict]]:
     if models.dflash is not None and "hf-dflash" in wanted and args.temperature == 0:
         methods.append(("hf dflash (adapter)", {**base, "assistant_model": NativeDFlashAdapter(models.dflash),
                                                 "speculation_type": "dflash"}))
+    if models.draft_lm is not None and "fly" in wanted:
+        methods.append(("fly (lossy)", {**base, "assistant_model": models.draft_lm, "speculative_mode": "fly"}))
+    if models.dflash is not None and "fly-dflash" in wanted:
+        methods.append((f"fly over dflash b{max(args.block_sizes)} (lossy)", {
+            **base, "assistant_model": models.dflash, "speculative_mode": "fly", "block_size": max(args.block_sizes)}))
+    return methods
+
+
+def fly_sweep_methods(models: BenchModels, args) -> list[tuple[str, dict]]:
+    """FLy's ablations (the seed's table) on the tiny world: window W, gate theta, MLA, against exact verification."""
+    if models.draft_lm is None:
+        raise SystemExit("--fly-sweep needs a draft LM (--draft-model, or the tiny world's)")
+    base = dict(max_new_tokens=args.max_new_tokens, do_sample=False)
+    lm = {**base, "assistant_model": models.draft_lm}
+    methods = [("autoregressive", base), ("classic k15 (exact)", {**lm, "speculative_mode": "classic",
+                                                                  "num_draft_tokens": 15})]
+    for label, extra in (("W=0", {"fly_window": 0}), ("W=4", {"fly_window": 4}), ("W=6 (default)", {}),
+                         ("W=8", {"fly_window": 8}), ("theta=0", {"fly_entropy_threshold": 0.0}),
+                         ("theta=0.6", {"fly_entropy_threshold": 0.6}), ("W=6 without MLA", {"fly_ngram": False})):
+        methods.append((f"fly {label}", {**lm, "speculative_mode": "fly", **extra}))
+    if models.dflash is not None:
+        block = max(args.block_sizes)
+        dflash = {**base, "assistant_model": models.dflash, "block_size": block}
+        methods += [(f"dflash b{block} (exact)", {**dflash, "speculative_mode": "dflash"}),
+                    (f"fly over dflash b{block}", {**dflash, "speculative_mode": "fly"})]
     return methods
 
 
@@ -152,14 +183,20 @@ def summarize(results: list[MethodResult], records: list[dict], tokenizer) -> di
             if answered and tokenizer is not None:
                 entry["accuracy"] = statistics.mean(
                     check_answer(records[i], tokenizer.decode(result.sequences[i])) for i in answered)
+                base_accuracy = statistics.mean(
+                    check_answer(records[i], tokenizer.decode(baseline.sequences[i])) for i in answered)
+                # FLy's "recovery": task accuracy relative to the target alone on the same prompts.
+                entry["recovery"] = entry["accuracy"] / base_accuracy if base_accuracy else None
             per_group[group] = entry
         report[result.name] = {"by_category": per_group, "time_split_seconds": result.time_split,
-                               "distinct_4gram_share": distinct_ngram_share(result.sequences)}
+                               "distinct_4gram_share": distinct_ngram_share(result.sequences),
+                               **result.counters}
     return report
 
 
 def format_table(report: dict) -> str:
-    header = ["method", "category", "decode tok/s", "speedup", "tau pooled", "tau mean", "same as AR", "accuracy"]
+    header = ["method", "category", "decode tok/s", "speedup", "tau pooled", "tau mean", "same as AR", "accuracy",
+              "recovery"]
     rows = []
     for name, method in report.items():
         for group, e in method["by_category"].items():
@@ -167,7 +204,8 @@ def format_table(report: dict) -> str:
                          f"{e['pooled_tau']:.2f}" if e["pooled_tau"] else "-",
                          f"{e['mean_tau']:.2f}" if e["mean_tau"] else "-",
                          f"{e['identical_to_autoregressive']}/{e['prompts']}",
-                         f"{100 * e['accuracy']:.0f}%" if "accuracy" in e else "-"])
+                         f"{100 * e['accuracy']:.0f}%" if "accuracy" in e else "-",
+                         f"{100 * e['recovery']:.1f}%" if e.get("recovery") is not None else "-"])
     return markdown_table(rows, header)
 
 
@@ -190,7 +228,7 @@ def run_bench(args, *, show_texts: bool) -> dict:
         print(f"NOTE: random-weight '{args.synthetic}' models built on the fly: this shows the mechanics and the "
               "engine's costs, not speedups (a random drafter accepts almost nothing).\n")
     prompts, records = encode_prompts(models, args)
-    methods = build_methods(models, args)
+    methods = fly_sweep_methods(models, args) if getattr(args, "fly_sweep", False) else build_methods(models, args)
     results = []
     with tqdm(total=len(methods) * len(prompts), desc="decoding", unit="prompt") as bar:
         for name, kwargs in methods:
@@ -208,6 +246,12 @@ def run_bench(args, *, show_texts: bool) -> dict:
         print("\ntime per round (our engine):")
         print(markdown_table(split_rows, ["method", "draft", "verify", "other"]))
     print(f"\ndistinct 4-grams in the autoregressive outputs: {report['autoregressive']['distinct_4gram_share']:.2f}")
+    lossy = [[name, str(m["initial_mismatches"]), str(m["rescued_tokens"]), str(m["draft_forwards"])]
+             for name, m in report.items() if m.get("rescued_tokens") or name.startswith("fly")]
+    if lossy:
+        print("\nFLy (lossy) counters, all prompts:")
+        print(markdown_table(lossy, ["method", "draft tokens refused by the target", "rescued by FLy",
+                                     "draft forwards"]))
     full = {"settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "handler"},
             "models": models.names, "synthetic": models.synthetic, "methods": report}
     if models.dflash is not None and not show_texts:
@@ -266,4 +310,30 @@ def save_report(report: dict, out_dir: Path) -> None:
     fig.tight_layout()
     fig.savefig(out_dir / "speedup.png", dpi=120)
     plt.close(fig)
-    print(f"\nwrote {out_dir / 'results.json'} and {out_dir / 'speedup.png'}")
+    written = ["results.json", "speedup.png"]
+    if _plot_recovery(report, out_dir / "recovery.png", plt):
+        written.append("recovery.png")
+    print(f"\nwrote {', '.join(str(out_dir / name) for name in written)}")
+
+
+def _plot_recovery(report: dict, path: Path, plt) -> bool:
+    """Speedup against accuracy recovery (math prompts), one point per method: FLy's trade-off at a glance."""
+    points = []
+    for name, method in report["methods"].items():
+        entry = method["by_category"].get("math") or method["by_category"].get("all") or {}
+        if entry.get("recovery") is not None:
+            points.append((name, entry["speedup"], 100 * entry["recovery"]))
+    if len(points) < 2:
+        return False
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, speedup, recovery in points:
+        ax.scatter(speedup, recovery, color="tab:red" if name.startswith("fly") else "tab:blue")
+        ax.annotate(name, (speedup, recovery), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    ax.axhline(99, color="grey", lw=0.8, ls="--")
+    ax.set_xlabel("decode speedup vs autoregressive")
+    ax.set_ylabel("accuracy recovery on math (%)")
+    ax.set_title("exact (blue) vs FLy (red, lossy)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True

@@ -6,10 +6,11 @@ from .engine.stats import SpeculativeStats
 from .loading import load_drafter
 from .mixin import SpecGenMixin, enable
 from .models.dflash import DFlashDraftModel
+from .models.eagle3 import Eagle3DraftModel
 
 __version__ = "0.1.0"
 
 __all__ = [
     "SPECULATIVE_MODES", "SpeculativeConfig", "SpeculativeGenerateOutput", "SpeculativeStats", "load_drafter",
-    "SpecGenMixin", "enable", "DFlashDraftModel", "__version__",
+    "SpecGenMixin", "enable", "DFlashDraftModel", "Eagle3DraftModel", "__version__",
 ]

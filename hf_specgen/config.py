@@ -6,9 +6,9 @@ from dataclasses import dataclass, fields
 
 from .engine.fly import FLY_SAMPLING_RULES, FLY_WINDOW_CONVENTIONS, check_fly_settings
 
-SPECULATIVE_MODES = ("dflash", "classic", "fly")
+SPECULATIVE_MODES = ("dflash", "classic", "eagle3", "fly")
 LOSSY_MODES = ("fly",)
-DEFAULT_NUM_DRAFT_TOKENS = {"classic": 7, "fly": 15}
+DEFAULT_NUM_DRAFT_TOKENS = {"classic": 7, "eagle3": 7, "fly": 15}
 
 
 @dataclass
@@ -17,7 +17,8 @@ class SpeculativeConfig:
     attribute of the ``generation_config`` (so ``generation_config.save_pretrained`` keeps them).
 
     mode:          "dflash" (lossless; a DFlash drafter drafts a whole block in one forward from the target's hidden
-                   states), "classic" (lossless; a small causal LM of the same tokenizer drafts token by token) or
+                   states), "classic" (lossless; a small causal LM of the same tokenizer drafts token by token),
+                   "eagle3" (lossless; an EAGLE-3 drafter drafts token by token from the target's hidden states) or
                    "fly" (LOSSY, opt-in: FLy's loose verification over a draft LM's or a DFlash drafter's drafts;
                    outputs differ from the target's own, task accuracy is what it keeps).
     block_size:    tokens verified per round with a DFlash drafter (first slot = last committed token). None = the
@@ -66,9 +67,10 @@ class SpeculativeConfig:
         if self.num_draft_tokens is not None and (not isinstance(self.num_draft_tokens, int) or self.num_draft_tokens < 1):
             raise ValueError(f"num_draft_tokens must be an int >= 1, got {self.num_draft_tokens!r}.")
         if self.mode == "dflash" and self.num_draft_tokens is not None:
-            raise ValueError("num_draft_tokens applies to draft-LM modes ('classic', 'fly'); DFlash drafts a block: "
+            raise ValueError("num_draft_tokens applies to token-by-token drafters ('classic', 'eagle3', 'fly'); DFlash "
+                             "drafts a block: "
                              "use block_size.")
-        if self.mode == "classic" and self.block_size is not None:
+        if self.mode in ("classic", "eagle3") and self.block_size is not None:
             raise ValueError("block_size applies to DFlash drafters; for 'classic' set num_draft_tokens "
                              "(tokens drafted per round).")
         if self.compile not in (True, False, "auto"):

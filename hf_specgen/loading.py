@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 from transformers import PretrainedConfig
 
@@ -24,10 +26,99 @@ def load_drafter(path_or_repo: str, **from_pretrained_kwargs):
     })
     if _is_dflash_config(config_dict):
         return DFlashDraftModel.from_pretrained(path_or_repo, **from_pretrained_kwargs)
+    if _is_eagle3_config(config_dict):
+        return load_eagle3(path_or_repo, config_dict, **from_pretrained_kwargs)
     raise ValueError(
         f"{path_or_repo} is not a drafter hf_specgen knows (architectures={config_dict.get('architectures')}). "
-        "Supported: DFlash drafters (config with `dflash_config` / architectures ['DFlashDraftModel'])."
+        "Supported: DFlash drafters (config with `dflash_config` / architectures ['DFlashDraftModel']) and EAGLE-3 "
+        "drafters (one-layer Llama-style config with `draft_vocab_size`, EAGLE / SpecForge / vLLM tensor names)."
     )
+
+
+def _is_eagle3_config(config_dict: dict) -> bool:
+    architectures = config_dict.get("architectures") or []
+    return any("Eagle3" in a for a in architectures) or (
+        config_dict.get("num_hidden_layers") == 1 and "draft_vocab_size" in config_dict)
+
+
+# vLLM's names for the EAGLE / SpecForge tensors.
+_EAGLE3_RENAMES = (("layers.0.", "midlayer."), ("draft_id_to_target_id", "d2t"), ("model.", ""))
+
+
+def _eagle3_state_dict(path_or_repo: str, hub_kwargs: dict) -> dict[str, torch.Tensor]:
+    from huggingface_hub import hf_hub_download
+    from safetensors.torch import load_file
+
+    def fetch(name: str):
+        local = os.path.join(path_or_repo, name)
+        if os.path.isdir(path_or_repo):
+            return local if os.path.exists(local) else None
+        try:
+            return hf_hub_download(path_or_repo, name, **hub_kwargs)
+        except Exception:  # noqa: BLE001 (absent file: try the next format)
+            return None
+
+    if (file := fetch("model.safetensors")) is not None:
+        tensors = load_file(file)
+    elif (file := fetch("pytorch_model.bin")) is not None:
+        tensors = torch.load(file, map_location="cpu", weights_only=True)
+    else:
+        raise ValueError(f"{path_or_repo} has neither model.safetensors nor pytorch_model.bin")
+    renamed = {}
+    for name, tensor in tensors.items():
+        for old, new in _EAGLE3_RENAMES:
+            if name.startswith(old) or name == old:
+                name = new + name[len(old):]
+        renamed[name] = tensor
+    return renamed
+
+
+def load_eagle3(path_or_repo: str, config_dict: dict | None = None, target_layer_ids: list[int] | None = None,
+                dtype=None, **hub_kwargs):
+    """An EAGLE-3 drafter from the EAGLE / SpecForge / vLLM layouts (safetensors or pytorch_model.bin).
+
+    ``target_layer_ids`` (decoder-layer outputs, 0-based: hidden_states index - 1) overrides the default taps
+    [1, L//2-1, L-4]. Configs that name taps in an engine-specific convention (``eagle_config``) are refused unless
+    this is given, because engines disagree by one and a shift silently lowers acceptance.
+    """
+    from transformers import LlamaConfig
+
+    from .models.eagle3 import Eagle3DraftModel
+
+    hub_kwargs = {k: v for k, v in hub_kwargs.items() if k in ("revision", "token", "cache_dir", "local_files_only")}
+    if config_dict is None:
+        config_dict, _ = PretrainedConfig.get_config_dict(path_or_repo, **hub_kwargs)
+    config_dict = dict(config_dict)
+    aux = (config_dict.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    if target_layer_ids is not None:
+        config_dict["target_layer_ids"] = list(target_layer_ids)
+    elif aux is not None and not config_dict.get("target_layer_ids"):
+        raise ValueError(
+            f"{path_or_repo} names its target taps as eagle_aux_hidden_state_layer_ids={aux}, whose index convention "
+            "differs between engines. Pass target_layer_ids=[...] (0-based decoder-layer outputs, i.e. "
+            "output_hidden_states index - 1) to load_drafter."
+        )
+    for key in ("architectures", "auto_map", "model_type"):
+        config_dict.pop(key, None)
+    model = Eagle3DraftModel(LlamaConfig(**config_dict))
+    state = _eagle3_state_dict(path_or_repo, hub_kwargs)
+    state.pop("embed_tokens.weight", None)  # the target's embedding table is used
+    if "d2t" not in state:  # no reduced vocabulary: draft ids are target ids
+        if model.draft_vocab_size != model.vocab_size:
+            raise ValueError(f"{path_or_repo} has a {model.draft_vocab_size}-token draft vocabulary but no d2t mapping")
+        state["d2t"] = torch.zeros(model.draft_vocab_size, dtype=torch.long)
+        state["t2d"] = torch.ones(model.vocab_size, dtype=torch.bool)
+    elif "t2d" not in state:
+        t2d = torch.zeros(model.vocab_size, dtype=torch.bool)
+        t2d[torch.arange(model.draft_vocab_size) + state["d2t"]] = True
+        state["t2d"] = t2d
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [m for m in missing if not m.startswith("rotary_emb")]
+    if missing or unexpected:
+        raise ValueError(f"{path_or_repo} does not match the EAGLE-3 layout: missing {missing}, unexpected {unexpected}")
+    if dtype is not None:
+        model = model.to(dtype)
+    return model.eval()
 
 
 def is_dflash_drafter(model) -> bool:

@@ -17,10 +17,12 @@ import torch
 from .config import SPECULATIVE_MODES, SpeculativeConfig
 from .drafters.dflash import DFlashProposer
 from .drafters.draft_lm import DraftModelProposer
+from .drafters.eagle3 import Eagle3ChainProposer
 from .engine.graphs import should_compile
 from .engine.fly import FlyVerifier, reference_window
 from .engine.loop import SpeculativeDecoder
 from .loading import as_dflash_drafter, is_dflash_drafter
+from .models.eagle3 import Eagle3DraftModel
 
 # generate() keyword arguments that configure the speculative call (SpeculativeConfig fields). The same names are read
 # from the generation_config, so settings saved with it (generation_config.speculative_mode = "fly", ...) apply.
@@ -63,6 +65,13 @@ def _build_proposer(target, assistant_model, spec: SpeculativeConfig, compile_st
     if spec.block_size is not None:
         raise ValueError("block_size applies to DFlash drafters; with a draft LM set num_draft_tokens (tokens drafted "
                          "per round).")
+    if spec.mode == "eagle3" or (spec.mode == "fly" and isinstance(assistant_model, Eagle3DraftModel)):
+        if not isinstance(assistant_model, Eagle3DraftModel):
+            raise ValueError(f"speculative_mode='eagle3' needs an EAGLE-3 drafter as assistant_model, got "
+                             f"{type(assistant_model).__name__}: load one with hf_specgen.load_drafter(path).")
+        if spec.fly_ngram:
+            raise ValueError("fly_ngram applies to a draft LM, not to an EAGLE-3 drafter.")
+        return Eagle3ChainProposer(assistant_model, target, spec.draft_tokens(), compile_steps)
     use_ngram = spec.mode == "fly" and spec.fly_ngram is not False
     return DraftModelProposer(assistant_model, target, spec.draft_tokens(), compile_steps, ngram=use_ngram)
 

@@ -22,10 +22,15 @@ import torch
 from ..engine.cache import set_cache_length, static_cache
 from ..engine.graphs import StepRunner
 from ..engine.taps import decoder_layers
+from ..models.eagle3 import Eagle3DraftModel
 from .ngram import ngram_candidates
 
 
 def check_draft_lm_fits_target(draft_model, target) -> None:
+    if isinstance(draft_model, Eagle3DraftModel) or type(draft_model).__name__ == "DFlashDraftModel":
+        raise ValueError(f"{type(draft_model).__name__} reads the target's hidden states: use "
+                         f"speculative_mode={'eagle3' if isinstance(draft_model, Eagle3DraftModel) else 'dflash'!r}, "
+                         "not a draft-LM mode.")
     if not hasattr(draft_model, "get_output_embeddings") or draft_model.get_output_embeddings() is None:
         raise ValueError(
             f"speculative_mode='classic' needs a causal LM as assistant_model (an AutoModelForCausalLM), got "

@@ -1,0 +1,172 @@
+"""EAGLE-3 drafter: published layouts load, chain drafting is lossless."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+from safetensors.torch import save_file
+from transformers import LlamaConfig
+
+import hf_specgen
+from hf_specgen.models.eagle3 import Eagle3DraftModel, default_eagle3_layer_ids
+
+from conftest import VOCAB, make_target, random_prompt
+
+
+def make_eagle3(target, draft_vocab: int | None = None, seed: int = 3) -> Eagle3DraftModel:
+    t = target.config
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=t.vocab_size, hidden_size=t.hidden_size, intermediate_size=t.intermediate_size,
+                         num_hidden_layers=1, num_attention_heads=t.num_attention_heads,
+                         num_key_value_heads=t.num_key_value_heads, head_dim=t.hidden_size // t.num_attention_heads,
+                         draft_vocab_size=draft_vocab or t.vocab_size, rope_theta=10000.0)
+    model = Eagle3DraftModel(config)
+    if draft_vocab:  # keep every other target id: draft id i -> target id 2i
+        model.d2t.copy_(torch.arange(draft_vocab))
+        model.t2d.zero_()
+        model.t2d[torch.arange(draft_vocab) * 2] = True
+    with torch.no_grad():
+        model.lm_head.weight.mul_(8.0)
+    return model.eval()
+
+
+def test_default_taps_follow_the_hidden_states_convention():
+    assert default_eagle3_layer_ids(32) == [1, 15, 28]  # hidden_states [2, 16, 29] for Llama-3.1-8B
+    assert default_eagle3_layer_ids(36) == [1, 17, 32]  # [2, 18, 33] for Qwen3-8B
+
+
+@pytest.mark.parametrize("family", ["qwen3", "llama", "mistral"])
+def test_eagle3_chain_greedy_equals_stock(family):
+    target = make_target(family)
+    rng = random.Random(11)
+    for draft_vocab in (None, 128):
+        drafter = make_eagle3(target, draft_vocab)
+        for _ in range(4):
+            prompt = random_prompt(rng, rng.randint(1, 90))
+            k = rng.choice((1, 3, 6))
+            max_new = rng.randint(1, 50)
+            ref = target.generate(prompt, max_new_tokens=max_new, do_sample=False)
+            out = target.generate(prompt, assistant_model=drafter, speculative_mode="eagle3", num_draft_tokens=k,
+                                  max_new_tokens=max_new, do_sample=False)
+            assert out.tolist() == ref.tolist(), (family, draft_vocab, k)
+
+
+def _write_eagle_checkpoint(model: Eagle3DraftModel, folder, names: str, with_d2t: bool, fmt: str):
+    folder.mkdir(parents=True, exist_ok=True)
+    config = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "num_hidden_layers": 1,
+              "hidden_size": model.config.hidden_size, "intermediate_size": model.config.intermediate_size,
+              "num_attention_heads": model.config.num_attention_heads,
+              "num_key_value_heads": model.config.num_key_value_heads, "head_dim": model.config.head_dim,
+              "vocab_size": model.vocab_size, "draft_vocab_size": model.draft_vocab_size, "rope_theta": 10000.0,
+              "rms_norm_eps": model.config.rms_norm_eps}
+    (folder / "config.json").write_text(json.dumps(config))
+    state = {k: v.clone() for k, v in model.state_dict().items() if not k.startswith("rotary")}
+    if not with_d2t:
+        state.pop("d2t"), state.pop("t2d")
+    if names == "vllm":
+        state = {k.replace("midlayer.", "layers.0.").replace("d2t", "draft_id_to_target_id"): v for k, v in state.items()}
+        state.pop("t2d", None)
+    state["embed_tokens.weight"] = torch.zeros(model.vocab_size, model.config.hidden_size)  # present in some repos
+    if fmt == "safetensors":
+        save_file(state, str(folder / "model.safetensors"))
+    else:
+        torch.save(state, folder / "pytorch_model.bin")
+
+
+@pytest.mark.parametrize("names, with_d2t, fmt", [
+    ("eagle", True, "safetensors"), ("vllm", True, "bin"), ("eagle", False, "bin"), ("vllm", False, "safetensors"),
+])
+def test_published_layouts_load_and_decode_losslessly(tmp_path, names, with_d2t, fmt):
+    target = make_target("llama")
+    original = make_eagle3(target, draft_vocab=128 if with_d2t else None)
+    _write_eagle_checkpoint(original, tmp_path / "ckpt", names, with_d2t, fmt)
+    loaded = hf_specgen.load_drafter(str(tmp_path / "ckpt"))
+    assert isinstance(loaded, Eagle3DraftModel)
+    for key, value in original.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], value), key
+    prompt = random_prompt(random.Random(0), 30)
+    out = target.generate(prompt, assistant_model=loaded, speculative_mode="eagle3", max_new_tokens=30, do_sample=False)
+    assert out.tolist() == target.generate(prompt, max_new_tokens=30, do_sample=False).tolist()
+
+
+def test_engine_specific_tap_convention_must_be_made_explicit(tmp_path):
+    target = make_target("llama")
+    model = make_eagle3(target)
+    _write_eagle_checkpoint(model, tmp_path / "ckpt", "eagle", True, "safetensors")
+    config = json.loads((tmp_path / "ckpt" / "config.json").read_text())
+    config["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": [1, 2, 3]}
+    (tmp_path / "ckpt" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="target_layer_ids"):
+        hf_specgen.load_drafter(str(tmp_path / "ckpt"))
+    loaded = hf_specgen.load_drafter(str(tmp_path / "ckpt"), target_layer_ids=[0, 1, 2])
+    assert loaded.target_layer_ids == [0, 1, 2]
+
+
+def test_eagle3_errors_name_the_fix():
+    target = make_target("qwen3")
+    other = make_target("qwen3", hidden_size=32, head_dim=8)
+    prompt = torch.tensor([[5, 6, 7]])
+    with pytest.raises(ValueError, match="hidden size"):
+        target.generate(prompt, assistant_model=make_eagle3(other), speculative_mode="eagle3", max_new_tokens=4)
+    with pytest.raises(ValueError, match="EAGLE-3 drafter"):
+        target.generate(prompt, assistant_model=make_target("qwen3", seed=2, num_hidden_layers=1),
+                        speculative_mode="eagle3", max_new_tokens=4)
+    with pytest.raises(ValueError, match="speculative_mode='eagle3'"):
+        target.generate(prompt, assistant_model=make_eagle3(target), speculative_mode="classic", max_new_tokens=4)
+    assert VOCAB == target.config.vocab_size
+
+
+@torch.no_grad()
+def _reference_chain(target, drafter, committed: torch.Tensor, k: int) -> list[int]:
+    """Draft k tokens from scratch: every row recomputed over the full context with a causal mask, no cache."""
+    layer_ids = drafter.target_layer_ids or default_eagle3_layer_ids(target.config.num_hidden_layers)
+    hs = target(committed, output_hidden_states=True).hidden_states
+    start = committed.shape[1] - 1
+    features = torch.cat([hs[i + 1] for i in layer_ids], dim=-1)[:, :start]  # f_0..f_{start-1}
+    hidden_in = drafter.fc(features)  # context rows use target features
+    tokens = committed[:, 1:]  # x_1..x_start
+    drafts = []
+    for _ in range(k):
+        n = tokens.shape[1]
+        causal = torch.full((n, n), float("-inf")).triu(1)[None, None]
+        out = drafter(target.get_input_embeddings()(tokens), hidden_in, torch.arange(n)[None], None, causal)
+        nxt = drafter.to_target_ids(drafter.draft_logits(out[:, -1]).argmax(-1))
+        drafts.append(int(nxt))
+        tokens = torch.cat([tokens, nxt[:, None]], dim=1)
+        hidden_in = torch.cat([hidden_in, out[:, -1:]], dim=1)  # the drafter's own output stands in for f
+    return drafts
+
+
+@pytest.mark.parametrize("mode", ["eagle3", "fly-accept-all"])
+def test_chain_drafts_equal_a_from_scratch_recomputation(mode):
+    """Catches any misalignment of features, tokens, positions or cache rows across rounds. A random drafter is
+    rarely accepted, so FLy with its gate and window off (every draft accepted) exercises multi-token commits."""
+    from hf_specgen.drafters.eagle3 import Eagle3ChainProposer
+
+    target = make_target("llama")
+    drafter = make_eagle3(target, draft_vocab=128)
+    seen = []
+    original = Eagle3ChainProposer.propose
+
+    def recording(self):
+        drafts = original(self)
+        seen.append((self.session.committed().clone(), drafts[1:].tolist()))
+        return drafts
+
+    Eagle3ChainProposer.propose = recording
+    try:
+        prompt = random_prompt(random.Random(4), 25)
+        extra = dict(speculative_mode="fly", fly_window=0, fly_entropy_threshold=0.0) if mode != "eagle3" else dict(
+            speculative_mode="eagle3")
+        out = target.generate(prompt, assistant_model=drafter, num_draft_tokens=4, max_new_tokens=30,
+                              do_sample=False, return_dict_in_generate=True, **extra)
+    finally:
+        Eagle3ChainProposer.propose = original
+    assert len(seen) > 3
+    if mode != "eagle3":
+        assert max(out.speculative_stats.acceptance_lengths) == 5
+    for committed, drafts in seen:
+        assert drafts == _reference_chain(target, drafter, committed, 4)

@@ -77,6 +77,14 @@ class DecodingSession:
         rows = torch.arange(first_slot, first_slot + n_rows, device=self.device)[:, None]
         return self._additive((self._columns[None] <= rows) & self.slot_ok)
 
+    def tree_mask(self, start: int, ancestors: torch.Tensor) -> torch.Tensor:
+        """Tree verify, nodes at slots start..start+N-1: each sees the valid committed slots and its ancestors
+        (ancestors [N, N] bool, self included): [1, 1, N, capacity]."""
+        n = ancestors.shape[0]
+        allowed = ((self._columns < start) & self.slot_ok[0]).expand(n, -1).clone()  # [N, capacity]
+        allowed[:, start: start + n] = ancestors
+        return self._additive(allowed)
+
     def block_mask(self, start: int) -> torch.Tensor:
         """Drafter mask, keys = [cache ; block]: cached context slots < start, and the whole block
         (bidirectional): [1, 1, W, capacity + W]."""

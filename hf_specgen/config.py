@@ -28,6 +28,8 @@ class SpeculativeConfig:
                    GPU). "auto" = on for CUDA, off elsewhere (on CPU compile costs more than it saves).
     max_cache_len: upper bound on the KV cache the call may allocate (prompt + max_new_tokens + block);
                    None = no bound. A call that needs more raises instead of truncating.
+    eagle_top_k, eagle_depth, eagle_total_tokens: EAGLE-3 dynamic tree (defaults 10, 8, 60: the WhiFlash paper's);
+                   eagle_top_k=1 drafts a chain of num_draft_tokens tokens instead.
     fly_window:    FLy's deferred window W (default 6; 0 disables the window).
     fly_window_convention: "reference" (W counts the mismatched slot; FLy's code) or "vllm" (W counts only the
                    following matches: vLLM's ``fly_window_size``; vLLM W = reference W - 1).
@@ -43,6 +45,9 @@ class SpeculativeConfig:
     num_draft_tokens: int | None = None
     compile: bool | str = "auto"
     max_cache_len: int | None = None
+    eagle_top_k: int = 10
+    eagle_depth: int = 8
+    eagle_total_tokens: int = 60
     fly_window: int = 6
     fly_window_convention: str = "reference"
     fly_entropy_threshold: float = 0.3
@@ -77,6 +82,13 @@ class SpeculativeConfig:
             raise ValueError(f"compile must be True, False or 'auto', got {self.compile!r}.")
         if self.max_cache_len is not None and (not isinstance(self.max_cache_len, int) or self.max_cache_len < 1):
             raise ValueError(f"max_cache_len must be a positive int or None, got {self.max_cache_len!r}.")
+        for name in ("eagle_top_k", "eagle_depth", "eagle_total_tokens"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}.")
+        if self.eagle_top_k > 1 and not 2 <= self.eagle_total_tokens <= 1 + self.eagle_top_k * self.eagle_depth:
+            raise ValueError(f"eagle_total_tokens must be in [2, 1 + eagle_top_k * eagle_depth = "
+                             f"{1 + self.eagle_top_k * self.eagle_depth}], got {self.eagle_total_tokens}.")
         check_fly_settings(self.fly_window, self.fly_entropy_threshold)
         if self.fly_window_convention not in FLY_WINDOW_CONVENTIONS:
             raise ValueError(f"fly_window_convention must be one of {FLY_WINDOW_CONVENTIONS}, got {self.fly_window_convention!r}.")

@@ -17,7 +17,7 @@ import torch
 from .config import SPECULATIVE_MODES, SpeculativeConfig
 from .drafters.dflash import DFlashProposer
 from .drafters.draft_lm import DraftModelProposer
-from .drafters.eagle3 import Eagle3ChainProposer
+from .drafters.eagle3 import Eagle3ChainProposer, Eagle3TreeProposer
 from .engine.graphs import should_compile
 from .engine.fly import FlyVerifier, reference_window
 from .engine.loop import SpeculativeDecoder
@@ -28,7 +28,7 @@ from .models.eagle3 import Eagle3DraftModel
 # from the generation_config, so settings saved with it (generation_config.speculative_mode = "fly", ...) apply.
 _FLAT_KWARGS = {"speculative_mode": "mode", "block_size": "block_size", "num_draft_tokens": "num_draft_tokens",
                 "speculative_compile": "compile", "max_cache_len": "max_cache_len",
-                **{name: name for name in SpeculativeConfig.field_names() if name.startswith("fly_")}}
+                **{name: name for name in SpeculativeConfig.field_names() if name.startswith(("fly_", "eagle_"))}}
 
 
 def _speculative_config(kwargs: dict, generation_config) -> SpeculativeConfig | None:
@@ -71,6 +71,12 @@ def _build_proposer(target, assistant_model, spec: SpeculativeConfig, compile_st
                              f"{type(assistant_model).__name__}: load one with hf_specgen.load_drafter(path).")
         if spec.fly_ngram:
             raise ValueError("fly_ngram applies to a draft LM, not to an EAGLE-3 drafter.")
+        if spec.mode == "eagle3" and spec.eagle_top_k > 1:
+            if spec.num_draft_tokens is not None:
+                raise ValueError("num_draft_tokens sets an EAGLE-3 chain (eagle_top_k=1); a tree is sized by "
+                                 "eagle_depth and eagle_total_tokens.")
+            return Eagle3TreeProposer(assistant_model, target, spec.eagle_top_k, spec.eagle_depth,
+                                      spec.eagle_total_tokens, compile_steps)
         return Eagle3ChainProposer(assistant_model, target, spec.draft_tokens(), compile_steps)
     use_ngram = spec.mode == "fly" and spec.fly_ngram is not False
     return DraftModelProposer(assistant_model, target, spec.draft_tokens(), compile_steps, ngram=use_ngram)

@@ -49,9 +49,15 @@ def test_eagle3_chain_greedy_equals_stock(family):
             k = rng.choice((1, 3, 6))
             max_new = rng.randint(1, 50)
             ref = target.generate(prompt, max_new_tokens=max_new, do_sample=False)
-            out = target.generate(prompt, assistant_model=drafter, speculative_mode="eagle3", num_draft_tokens=k,
-                                  max_new_tokens=max_new, do_sample=False)
+            out = target.generate(prompt, assistant_model=drafter, speculative_mode="eagle3", eagle_top_k=1,
+                                  num_draft_tokens=k, max_new_tokens=max_new, do_sample=False)
             assert out.tolist() == ref.tolist(), (family, draft_vocab, k)
+            top_k, depth = rng.choice(((2, 3), (4, 5), (10, 8)))
+            total = rng.randint(2, 1 + top_k * depth)
+            tree = target.generate(prompt, assistant_model=drafter, speculative_mode="eagle3", eagle_top_k=top_k,
+                                   eagle_depth=depth, eagle_total_tokens=total, max_new_tokens=max_new,
+                                   do_sample=False)
+            assert tree.tolist() == ref.tolist(), (family, draft_vocab, top_k, depth, total)
 
 
 def _write_eagle_checkpoint(model: Eagle3DraftModel, folder, names: str, with_d2t: bool, fmt: str):
@@ -160,7 +166,7 @@ def test_chain_drafts_equal_a_from_scratch_recomputation(mode):
     try:
         prompt = random_prompt(random.Random(4), 25)
         extra = dict(speculative_mode="fly", fly_window=0, fly_entropy_threshold=0.0) if mode != "eagle3" else dict(
-            speculative_mode="eagle3")
+            speculative_mode="eagle3", eagle_top_k=1)
         out = target.generate(prompt, assistant_model=drafter, num_draft_tokens=4, max_new_tokens=30,
                               do_sample=False, return_dict_in_generate=True, **extra)
     finally:

@@ -79,3 +79,61 @@ def test_sampling_acceptance_keeps_the_target_distribution():
         first = int(tree.tokens[path[1]]) if len(path) > 1 else nxt
         counts[first] += 1
     assert chisquare(counts.numpy(), (p * 4000).numpy()).pvalue > 1e-3
+
+
+class ScriptedTreeProposer:
+    """Trees whose one branch follows the target's greedy continuation (known in advance) among decoys: the
+    correct child sits at a random sibling position, and decoys have children too, so accepted paths run through
+    non-contiguous slots and exercise the K/V compaction inside the real decoding loop."""
+
+    tapped_layer_ids = None
+
+    def __init__(self, reference: torch.Tensor, depth: int, width: int, seed: int, corrupt: float = 0.0):
+        self.reference, self.depth, self.width = reference[0].tolist(), depth, width
+        self.rng, self.corrupt = random.Random(seed), corrupt
+        self.block_size = 1 + depth * width
+
+    def start(self, session, prompt_features):
+        self.session = session
+
+    def propose(self) -> TreeProposal:
+        start = self.session.last_slot
+        tokens, parents = [int(self.session.tokens[0, start])], [-1]
+        parent = 0
+        for level in range(1, self.depth + 1):
+            slot = start + level
+            good = self.reference[slot] if slot < len(self.reference) else 3
+            if self.rng.random() < self.corrupt:
+                good = (good + 7) % 250 + 3
+            children = [good] + [(good + 1 + j) % 250 + 3 for j in range(self.width - 1)]
+            self.rng.shuffle(children)
+            first_child = len(tokens)
+            for tok in children:
+                tokens.append(tok)
+                parents.append(parent)
+            parent = first_child + children.index(good)
+        return TreeProposal(torch.tensor(tokens), parents)
+
+    def commit(self, features, n_committed):
+        pass
+
+
+@pytest.mark.parametrize("corrupt", [0.0, 0.3])
+def test_tree_rounds_in_the_loop_are_lossless_and_accept_deep_paths(corrupt):
+    from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
+
+    from hf_specgen.engine.loop import SpeculativeDecoder
+
+    target = make_target("qwen3")
+    prompt = random_prompt(random.Random(2), 13)
+    ref = target.generate(prompt, max_new_tokens=50, do_sample=False)
+    proposer = ScriptedTreeProposer(ref, depth=4, width=3, seed=1, corrupt=corrupt)
+    decoder = SpeculativeDecoder(target, proposer, "test", compile_steps=False)
+    config = GenerationConfig(max_length=prompt.shape[1] + 50, do_sample=False, return_dict_in_generate=True)
+    out = decoder.generate(prompt, None, config, LogitsProcessorList(), StoppingCriteriaList())
+    assert out.sequences.tolist() == ref.tolist()
+    lengths = out.speculative_stats.acceptance_lengths
+    if corrupt == 0:
+        assert lengths[:-1] == [5] * (len(lengths) - 1)  # the whole correct branch every round
+    else:
+        assert len(set(lengths)) > 2

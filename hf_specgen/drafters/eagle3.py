@@ -1,4 +1,4 @@
-"""EAGLE-3 proposer, chain drafting (top_k = 1): K autoregressive drafter steps per round.
+"""EAGLE-3 proposers: chain drafting (K autoregressive drafter steps) and dynamic tree drafting (EAGLE-2 style).
 
 Alignment (``start`` = slot of the last committed token, the bonus b):
   * the drafter row at slot t pairs the target feature f_t with the token at slot t+1 and predicts the token at t+2;
@@ -9,6 +9,12 @@ Alignment (``start`` = slot of the last committed token, the bonus b):
   * then K-1 one-row steps: row at slot start+j-1 pairs the token d_j with the drafter's own previous output
     (standing in for the target feature it does not have yet) and predicts d_{j+1}.
 After drafting, the cache length goes back to ``start``: rows built from the drafter's own outputs are not kept.
+
+Tree drafting (top_k, depth, total_tokens): level 1 = the top_k tokens after the bonus, scored by log-prob; each
+further level runs the drafter once on the top_k frontier nodes (siblings share a position; in the drafter's cache
+each frontier row sees the committed context and the rows of its own ancestors), takes top_k children per node with
+score = parent score + log-prob, and keeps the best top_k as the next frontier. The proposal is the root plus the
+total_tokens-1 best-scored nodes (parents always before children), verified by the target in one forward.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import torch
 
 from ..engine.cache import set_cache_length, static_cache
 from ..engine.graphs import StepRunner
+from ..engine.tree import TreeProposal
 from ..models.eagle3 import Eagle3DraftModel, default_eagle3_layer_ids
 
 
@@ -35,6 +42,8 @@ def check_eagle3_fits_target(drafter: Eagle3DraftModel, target, layer_ids: list[
 
 
 class Eagle3ChainProposer:
+    """K draft tokens per round, one drafter step each (a tree with top_k = 1)."""
+
     def __init__(self, drafter: Eagle3DraftModel, target, num_draft_tokens: int, compile_steps: bool):
         layers = target.config.get_text_config(decoder=True).num_hidden_layers
         self.tapped_layer_ids = drafter.target_layer_ids or default_eagle3_layer_ids(layers)
@@ -90,3 +99,85 @@ class Eagle3ChainProposer:
 
     def commit(self, verify_features: torch.Tensor, n_committed: int) -> None:
         self.pending = verify_features  # [1, W, n*H]: slots start..start+W-1; the first n_committed are valid
+
+
+class Eagle3TreeProposer(Eagle3ChainProposer):
+    """Dynamic draft trees: ``depth`` drafter forwards of ``top_k`` rows, ``total_tokens`` nodes verified."""
+
+    def __init__(self, drafter: Eagle3DraftModel, target, top_k: int, depth: int, total_tokens: int,
+                 compile_steps: bool):
+        super().__init__(drafter, target, depth, compile_steps)
+        if total_tokens < 2 or total_tokens > 1 + top_k * depth:
+            raise ValueError(f"eagle_total_tokens must be in [2, 1 + top_k * depth = {1 + top_k * depth}], "
+                             f"got {total_tokens}")
+        self.top_k, self.depth, self.total_tokens = top_k, depth, total_tokens
+        self.block_size = total_tokens  # verified nodes per round
+        self.cache_margin = top_k * depth  # drafter tree rows live past the verified slots
+
+    def _level_step(self, token_ids, features, positions, mask):
+        # token_ids [1, k]; features [1, k, H]; positions [1, k]; mask [1, 1, k, capacity]
+        hidden = self.drafter(self.embed(token_ids), features, positions, self.cache, mask)  # [1, k, H]
+        logprobs = torch.log_softmax(self.drafter.draft_logits(hidden).float(), dim=-1)  # [1, k, draft_vocab]
+        return logprobs[0], hidden
+
+    def propose(self) -> TreeProposal:
+        session, start, k = self.session, self.session.last_slot, self.top_k
+        first, rows = self.context_len, self.pending.shape[1]
+        set_cache_length(self.cache, first)
+        step = self._context_step if rows == self.block_size else self._context_step.eager
+        _, hidden = step(session.tokens[:, first + 1: first + 1 + rows], self.pending,
+                         session.positions[:, first: first + rows], session.causal_mask(first, rows))
+        set_cache_length(self.cache, start)
+        last = start - 1 - first
+        logprobs = torch.log_softmax(self.drafter.draft_logits(hidden[0, last]).float(), dim=-1)  # [draft_vocab]
+        # Candidate nodes: (score, token, parent node id or -1 for the root, depth); expanded nodes have a drafter row.
+        scores, draft_ids = logprobs.topk(k)
+        tokens = self.drafter.to_target_ids(draft_ids).tolist()
+        nodes = [(float(sc), tok, -1, 1) for sc, tok in zip(scores.tolist(), tokens)]
+        frontier = list(range(k))  # node ids to expand next
+        frontier_hidden = hidden[:, last: last + 1].expand(1, k, -1)  # [1, k, H]: each node's parent output
+        row_slot: dict[int, int] = {}  # node id -> drafter cache slot of the row that expanded it
+        base_allowed = session.context_allowed(start)  # [capacity] committed context
+        for level in range(1, self.depth):
+            slot0 = start + (level - 1) * k
+            allowed = base_allowed.expand(k, -1).clone()  # [k, capacity]
+            for row, node in enumerate(frontier):
+                row_slot[node] = slot0 + row
+                ancestor = node
+                while ancestor >= 0:  # a frontier node's ancestors were all expanded at earlier levels
+                    allowed[row, row_slot[ancestor]] = True
+                    ancestor = nodes[ancestor][2]
+            ids = torch.tensor([[nodes[n][1] for n in frontier]], device=session.device)
+            positions = session.positions[:, start: start + 1] + (level - 1)  # siblings share a position
+            logprobs, hidden = self._level_step(ids, frontier_hidden, positions.expand(1, k),
+                                                session.mask_from(allowed))
+            child_scores, child_ids = logprobs.topk(k, dim=-1)  # [k, k]
+            totals = child_scores + torch.tensor([nodes[n][0] for n in frontier], device=logprobs.device)[:, None]
+            child_tokens = self.drafter.to_target_ids(child_ids).tolist()
+            best = totals.flatten().topk(k).indices.tolist()
+            first_new = len(nodes)
+            for parent_row in range(k):
+                for j in range(k):
+                    nodes.append((float(totals[parent_row, j]), child_tokens[parent_row][j], frontier[parent_row],
+                                  level + 1))
+            frontier = [first_new + b for b in best]
+            frontier_hidden = hidden[:, [b // k for b in best]].clone()  # [1, k, H]: outputs of the chosen parents
+        self.forward_calls += self.depth
+        set_cache_length(self.cache, start)
+        self.context_len = start
+        return self._select(nodes, session)
+
+    def _select(self, nodes, session) -> TreeProposal:
+        """Root + the best total_tokens-1 nodes by score (ties: shallower first), parents before children."""
+        order = sorted(range(len(nodes)), key=lambda n: (-nodes[n][0], nodes[n][3], n))
+        chosen = set()
+        for n in order:
+            if len(chosen) == self.total_tokens - 1:
+                break
+            if nodes[n][2] < 0 or nodes[n][2] in chosen:
+                chosen.add(n)
+        ordered = sorted(chosen, key=lambda n: (nodes[n][3], n))  # by depth: parents come first
+        index = {n: i + 1 for i, n in enumerate(ordered)}
+        tokens = [int(session.tokens[0, session.last_slot])] + [nodes[n][1] for n in ordered]
+        parents = [-1] + [index[nodes[n][2]] if nodes[n][2] >= 0 else 0 for n in ordered]
+        return TreeProposal(torch.tensor(tokens, device=session.device), parents)

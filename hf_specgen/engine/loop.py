@@ -20,6 +20,7 @@ from .graphs import CACHE_BUCKET, StepRunner
 from .session import DecodingSession
 from .stats import SpeculativeStats, Stopwatch
 from .taps import decoder_layers, tapped
+from .tree import TreeProposal, accept_greedy, accept_sampling, compact_path
 from .verify import accepted_length, process_block_logits, target_choices
 
 
@@ -80,6 +81,33 @@ class SpeculativeDecoder:
         )
         features = self.tap.features() if self.tap is not None else None  # [1, W, n_taps*H]
         return out.logits[0], features  # [W, V]
+
+    def _verify_tree(self, tree: TreeProposal, session, start: int, logits_processor, do_sample: bool, clock):
+        """One target forward over every tree node, the longest accepted path, K/V moved to contiguous slots.
+
+        Returns (n_accepted, new_tokens [n+1], scores [n+1, V], logits [n+1, V], features [1, n+1, n_taps*H],
+        time the verify forward ended) with rows re-ordered along the accepted path, so the caller handles a tree
+        like a block.
+        """
+        depths = torch.tensor(tree.depths, device=session.device)[None]  # [1, N]
+        logits, features = self._verify(tree.tokens[None], session.positions[:, start : start + 1] + depths,
+                                        session.tree_mask(start, tree.ancestors))
+        verified_at = clock.now()
+        committed = session.committed()
+        row_tokens = lambda i: torch.tensor([tree.path_tokens(i)], dtype=torch.long, device=session.device)  # noqa: E731
+        scores = process_block_logits(logits, committed, tree.tokens, logits_processor, row_tokens=row_tokens)
+        if do_sample:
+            path, next_token = accept_sampling(tree, torch.softmax(scores, dim=-1))
+        else:
+            choices = scores.argmax(dim=-1)
+            path = accept_greedy(tree, choices)
+            next_token = int(choices[path[-1]])
+        compact_path(self.cache, start, path)
+        rows = torch.tensor(path, device=session.device)
+        new_tokens = torch.cat([tree.tokens[rows[1:]], torch.tensor([next_token], device=session.device)])
+        if features is not None:
+            features = features.index_select(1, rows)  # [1, n+1, n_taps*H] along the accepted path
+        return len(path) - 1, new_tokens, scores[rows], logits[rows], features, verified_at
 
     @torch.no_grad()
     def generate(
@@ -165,23 +193,27 @@ class SpeculativeDecoder:
                 # ---------------- decode rounds
                 while not finished:
                     r0 = clock.now()
-                    draft = self.proposer.propose()  # [W]
+                    draft = self.proposer.propose()  # [W] block, or a TreeProposal
                     r1 = clock.now()
                     start = session.last_slot
-                    logits, features = self._verify(
-                        draft[None], session.positions[:, start : start + width], session.verify_mask(start)
-                    )
-                    r2 = clock.now()
-                    scores = process_block_logits(logits, session.committed(), draft, logits_processor)
-                    if self.verifier is None:
-                        choices = target_choices(scores, do_sample)  # [W]
-                        n_accepted = accepted_length(draft, choices)
-                        new_tokens = torch.cat([draft[1 : 1 + n_accepted], choices[n_accepted : n_accepted + 1]])
+                    if isinstance(draft, TreeProposal):
+                        n_accepted, new_tokens, scores, logits, features, r2 = self._verify_tree(
+                            draft, session, start, logits_processor, do_sample, clock)
                     else:
-                        decision = self.verifier.decide(draft, logits, scores, do_sample)
-                        n_accepted, new_tokens = decision.n_accepted, decision.new_tokens
-                        stats.mismatches_per_round.append(decision.mismatches)
-                        stats.rescued_per_round.append(decision.rescued)
+                        logits, features = self._verify(
+                            draft[None], session.positions[:, start : start + width], session.verify_mask(start)
+                        )
+                        r2 = clock.now()
+                        scores = process_block_logits(logits, session.committed(), draft, logits_processor)
+                        if self.verifier is None:
+                            choices = target_choices(scores, do_sample)  # [W]
+                            n_accepted = accepted_length(draft, choices)
+                            new_tokens = torch.cat([draft[1 : 1 + n_accepted], choices[n_accepted : n_accepted + 1]])
+                        else:
+                            decision = self.verifier.decide(draft, logits, scores, do_sample)
+                            n_accepted, new_tokens = decision.n_accepted, decision.new_tokens
+                            stats.mismatches_per_round.append(decision.mismatches)
+                            stats.rescued_per_round.append(decision.rescued)
                     # Target cache keeps the verified rows up to the last accepted draft.
                     set_cache_length(self.cache, start + n_accepted + 1)
                     if features is not None and self.compile_steps:

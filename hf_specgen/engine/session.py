@@ -63,6 +63,14 @@ class DecodingSession:
         zeros = torch.zeros((), dtype=self.mask_dtype, device=self.device)
         return torch.where(allowed, zeros, self._blocked)[None, None]
 
+    def context_allowed(self, start: int) -> torch.Tensor:
+        """[capacity] bool: the valid committed slots before ``start``."""
+        return (self._columns < start) & self.slot_ok[0]
+
+    def mask_from(self, allowed: torch.Tensor) -> torch.Tensor:
+        """[Q, capacity] bool (True = may attend) -> [1, 1, Q, capacity] additive float mask."""
+        return self._additive(allowed)
+
     def prefill_mask(self) -> torch.Tensor:
         """Causal mask for the prompt rows against the whole cache: [1, 1, P, capacity]."""
         rows = torch.arange(self.prompt_len, device=self.device)[:, None]
@@ -81,7 +89,7 @@ class DecodingSession:
         """Tree verify, nodes at slots start..start+N-1: each sees the valid committed slots and its ancestors
         (ancestors [N, N] bool, self included): [1, 1, N, capacity]."""
         n = ancestors.shape[0]
-        allowed = ((self._columns < start) & self.slot_ok[0]).expand(n, -1).clone()  # [N, capacity]
+        allowed = self.context_allowed(start).expand(n, -1).clone()  # [N, capacity]
         allowed[:, start: start + n] = ancestors
         return self._additive(allowed)
 

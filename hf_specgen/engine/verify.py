@@ -38,26 +38,30 @@ _ROW_INDEPENDENT = (
 
 
 def process_block_logits(
-    logits: torch.Tensor, committed: torch.Tensor, draft: torch.Tensor, processors: LogitsProcessorList
+    logits: torch.Tensor, committed: torch.Tensor, draft: torch.Tensor, processors: LogitsProcessorList,
+    row_tokens=None,
 ) -> torch.Tensor:
     """Apply generate's logits processors to every row of a verify forward.
 
-    logits:    [W, V] target logits; row i predicts the token after draft[:i+1]
-    committed: [1, L] tokens committed so far (its last token is draft[0])
-    draft:     [W] the verified block
-    returns    [W, V] float32 scores, as stock generate would compute them one token at a time
+    logits:     [W, V] target logits; row i predicts the token after draft[:i+1]
+    committed:  [1, L] tokens committed so far (its last token is draft[0])
+    draft:      [W] the verified block
+    row_tokens: for a tree, a function i -> [1, d] tokens between the root and node i (default: draft[1:i+1])
+    returns     [W, V] float32 scores, as stock generate would compute them one token at a time
     """
     scores = logits.float()
     if not processors:
         return scores
     width = scores.shape[0]
+    if row_tokens is None:
+        row_tokens = lambda i: draft[None, 1 : i + 1]  # noqa: E731
     row_context = committed.expand(width, -1)  # [W, L]: enough for row-independent processors
     for processor in processors:
         if isinstance(processor, _ROW_INDEPENDENT):
             scores = processor(row_context, scores)
         else:
             scores = torch.cat(
-                [processor(torch.cat([committed, draft[None, 1 : i + 1]], dim=1), scores[i : i + 1]) for i in range(width)]
+                [processor(torch.cat([committed, row_tokens(i)], dim=1), scores[i : i + 1]) for i in range(width)]
             )
     return scores
 

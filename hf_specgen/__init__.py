@@ -7,10 +7,12 @@ from .loading import load_drafter
 from .mixin import SpecGenMixin, enable
 from .models.dflash import DFlashDraftModel
 from .models.eagle3 import Eagle3DraftModel
+from .models.whiflash import WhiFlash, WhiFlashRouter
 
 __version__ = "0.1.0"
 
 __all__ = [
     "SPECULATIVE_MODES", "SpeculativeConfig", "SpeculativeGenerateOutput", "SpeculativeStats", "load_drafter",
-    "SpecGenMixin", "enable", "DFlashDraftModel", "Eagle3DraftModel", "__version__",
+    "SpecGenMixin", "enable", "DFlashDraftModel", "Eagle3DraftModel", "WhiFlash", "WhiFlashRouter",
+    "__version__",
 ]

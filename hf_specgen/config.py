@@ -6,7 +6,7 @@ from dataclasses import dataclass, fields
 
 from .engine.fly import FLY_SAMPLING_RULES, FLY_WINDOW_CONVENTIONS, check_fly_settings
 
-SPECULATIVE_MODES = ("dflash", "classic", "eagle3", "fly")
+SPECULATIVE_MODES = ("dflash", "classic", "eagle3", "whiflash", "fly")
 LOSSY_MODES = ("fly",)
 DEFAULT_NUM_DRAFT_TOKENS = {"classic": 7, "eagle3": 7, "fly": 15}
 
@@ -18,7 +18,8 @@ class SpeculativeConfig:
 
     mode:          "dflash" (lossless; a DFlash drafter drafts a whole block in one forward from the target's hidden
                    states), "classic" (lossless; a small causal LM of the same tokenizer drafts token by token),
-                   "eagle3" (lossless; an EAGLE-3 drafter drafts token by token from the target's hidden states) or
+                   "eagle3" (lossless; an EAGLE-3 drafter drafts token by token from the target's hidden states),
+                   "whiflash" (lossless; a router picks EAGLE-3 or DFlash every round: assistant_model=WhiFlash(...)) or
                    "fly" (LOSSY, opt-in: FLy's loose verification over a draft LM's or a DFlash drafter's drafts;
                    outputs differ from the target's own, task accuracy is what it keeps).
     block_size:    tokens verified per round with a DFlash drafter (first slot = last committed token). None = the

@@ -22,7 +22,9 @@ from .engine.graphs import should_compile
 from .engine.fly import FlyVerifier, reference_window
 from .engine.loop import SpeculativeDecoder
 from .loading import as_dflash_drafter, is_dflash_drafter
+from .drafters.whiflash import WhiFlashProposer
 from .models.eagle3 import Eagle3DraftModel
+from .models.whiflash import WhiFlash
 
 # generate() keyword arguments that configure the speculative call (SpeculativeConfig fields). The same names are read
 # from the generation_config, so settings saved with it (generation_config.speculative_mode = "fly", ...) apply.
@@ -62,9 +64,25 @@ def _build_proposer(target, assistant_model, spec: SpeculativeConfig, compile_st
             raise ValueError("With a DFlash drafter the block is drafted in one forward: set block_size, not "
                              "num_draft_tokens / fly_ngram (those apply to a draft LM).")
         return DFlashProposer(as_dflash_drafter(assistant_model), target, spec.block_size, compile_steps)
-    if spec.block_size is not None:
+    if spec.block_size is not None and spec.mode != "whiflash":
         raise ValueError("block_size applies to DFlash drafters; with a draft LM set num_draft_tokens (tokens drafted "
                          "per round).")
+    if spec.mode == "whiflash":
+        if not isinstance(assistant_model, WhiFlash):
+            raise ValueError(f"speculative_mode='whiflash' needs a hf_specgen.WhiFlash(ar=eagle3_drafter, "
+                             f"parallel=dflash_drafter, router=...) as assistant_model, got {type(assistant_model).__name__}.")
+        bundle = assistant_model
+        if not isinstance(bundle.ar, Eagle3DraftModel) or not is_dflash_drafter(bundle.parallel):
+            raise ValueError("WhiFlash(ar=..., parallel=...) takes an EAGLE-3 drafter as ar and a DFlash drafter as "
+                             "parallel.")
+        if spec.eagle_top_k > 1:
+            ar = Eagle3TreeProposer(bundle.ar, target, spec.eagle_top_k, spec.eagle_depth, spec.eagle_total_tokens,
+                                    compile_steps)
+        else:
+            ar = Eagle3ChainProposer(bundle.ar, target, spec.num_draft_tokens or 7, compile_steps)
+        parallel = DFlashProposer(as_dflash_drafter(bundle.parallel), target, spec.block_size, compile_steps)
+        return WhiFlashProposer(ar, parallel, target, bundle.router, bundle.entropy_threshold, bundle.neural_router,
+                                bundle.neural_threshold, bundle.lazy)
     if spec.mode == "eagle3" or (spec.mode == "fly" and isinstance(assistant_model, Eagle3DraftModel)):
         if not isinstance(assistant_model, Eagle3DraftModel):
             raise ValueError(f"speculative_mode='eagle3' needs an EAGLE-3 drafter as assistant_model, got "
@@ -91,7 +109,10 @@ def _build_decoder(target, assistant_model, spec: SpeculativeConfig) -> Speculat
         )
     compile_steps = should_compile(spec.compile, target.device)
     drafter = as_dflash_drafter(assistant_model) if spec.mode == "dflash" else assistant_model
-    device = next(drafter.parameters()).device
+    if spec.mode == "whiflash" and not isinstance(assistant_model, WhiFlash):
+        raise ValueError(f"speculative_mode='whiflash' needs a hf_specgen.WhiFlash(ar=eagle3_drafter, "
+                         f"parallel=dflash_drafter, router=...) as assistant_model, got {type(assistant_model).__name__}.")
+    device = drafter.device if isinstance(drafter, WhiFlash) else next(drafter.parameters()).device
     if device != target.device:
         raise ValueError(f"The drafter is on {device} and the target on {target.device}: move the drafter with .to({str(target.device)!r}).")
     target_dtype = target.get_input_embeddings().weight.dtype

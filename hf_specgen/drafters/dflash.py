@@ -75,6 +75,7 @@ class DFlashProposer:
         self.cache = static_cache(session.capacity, self.drafter.config.num_hidden_layers)
         self.pending = prompt_features  # [1, P, n_taps*H], cached from slot 0
         self.context_len = 0  # drafter cache slots holding committed context
+        self.forward_calls = 0
         self.block_ids = torch.full((1, self.block_size), self.mask_token_id, dtype=torch.long, device=session.device)
 
     def propose(self) -> torch.Tensor:
@@ -88,10 +89,21 @@ class DFlashProposer:
         )  # [1, C+W]
         # Round 1 has the prompt (any length) as context: run it eagerly; later rounds have exactly W rows.
         step = self._step if n_ctx == width else self._step.eager
-        drafted = step(self.block_ids, self.pending, positions, session.block_mask(start))
+        drafted = step(self.block_ids, self.pending, positions, session.block_mask(start, width))
         set_cache_length(self.cache, start)  # keep only committed context slots
         self.context_len = start
+        self.forward_calls += 1
         return torch.cat([self.block_ids[0, :1], drafted])
+
+    def prefill_context(self) -> None:
+        """Eager catch-up (WhiFlash with lazy=False): append the pending (all committed) context rows now."""
+        rows = self.pending.shape[1]
+        if rows:
+            start = self.context_len
+            set_cache_length(self.cache, start)
+            self.drafter.prefill_context(self.pending, self.session.positions[:, start: start + rows], self.cache)
+            self.context_len = start + rows
+            self.pending = self.pending[:, :0]
 
     def commit(self, verify_features: torch.Tensor, n_committed: int) -> None:
         # All W rows go in next round (fixed shape); rows past the committed ones are masked and overwritten.

@@ -71,21 +71,53 @@ class Eagle3ChainProposer:
         self.forward_calls = 0
         self.drafts = torch.zeros(self.block_size, dtype=torch.long, device=session.device)
 
+    def _context(self, start: int):
+        """Bring the cache up to slot start-1 from the pending feature rows; returns (prediction after the bonus,
+        the drafter's output at slot start-1 [1, 1, H]).
+
+        Rows of feature slot t pair with the committed token at t+1. A fixed W-row block (the last verify, of which
+        the first rows are committed) runs as one step; any other count (the prompt, a catch-up backlog) is all
+        committed: its rows but the last get KV-only prefill, the last runs the full layer.
+        """
+        session, first, rows = self.session, self.context_len, self.pending.shape[1]
+        set_cache_length(self.cache, first)
+        token_ids = session.tokens[:, first + 1: first + 1 + rows]
+        if rows == self.block_size:
+            predicted, hidden = self._context_step(token_ids, self.pending, session.positions[:, first: first + rows],
+                                                   session.causal_mask(first, rows))
+            last = start - 1 - first
+            predicted, hidden = predicted[last], hidden[:, last: last + 1]
+        else:
+            if start - first != rows:
+                raise RuntimeError(f"EAGLE-3 drafter expected {start - first} pending rows, got {rows}")
+            if rows > 1:
+                self.drafter.prefill_kv(self.embed(token_ids[:, :-1]), self.pending[:, :-1],
+                                        session.positions[:, first: start - 1], self.cache)
+            predicted, hidden = self._context_step.eager(token_ids[:, -1:], self.pending[:, -1:],
+                                                         session.positions[:, start - 1: start],
+                                                         session.causal_mask(start - 1, 1))
+            predicted = predicted[0]
+        set_cache_length(self.cache, start)  # rows from slot start on were built from uncommitted tokens
+        return predicted, hidden
+
+    def prefill_context(self) -> None:
+        """Eager catch-up (WhiFlash with lazy=False): KV-only prefill of the pending rows but the last one, which
+        the next ``propose`` runs in full to seed its drafts."""
+        session, first, rows = self.session, self.context_len, self.pending.shape[1]
+        if rows > 1:
+            set_cache_length(self.cache, first)
+            token_ids = session.tokens[:, first + 1: first + rows]
+            self.drafter.prefill_kv(self.embed(token_ids), self.pending[:, :-1],
+                                    session.positions[:, first: first + rows - 1], self.cache)
+            self.context_len = first + rows - 1
+            self.pending = self.pending[:, -1:]
+
     def propose(self) -> torch.Tensor:
         """[W]: the last committed token, then K draft tokens."""
         session, start = self.session, self.session.last_slot
-        first, rows = self.context_len, self.pending.shape[1]
-        set_cache_length(self.cache, first)
-        # Context rows: feature of slot t with the token at slot t+1 (committed for every row that will be kept).
-        token_ids = session.tokens[:, first + 1: first + 1 + rows]
-        step = self._context_step if rows == self.block_size else self._context_step.eager  # round 1: the prompt
-        predicted, hidden = step(token_ids, self.pending, session.positions[:, first: first + rows],
-                                 session.causal_mask(first, rows))
-        set_cache_length(self.cache, start)  # rows from slot start on were built from uncommitted tokens
-        last = start - 1 - first  # the row at slot start-1 (pairs f_{start-1} with the bonus)
+        predicted, hidden = self._context(start)
         self.drafts[0] = session.tokens[0, start]
-        self.drafts[1] = predicted[last]
-        hidden = hidden[:, last: last + 1]
+        self.drafts[1] = predicted
         for j in range(1, self.num_draft_tokens):
             slot = start + j - 1
             predicted, hidden = self._chain_step(self.drafts[j: j + 1][None], hidden, session.positions[:, slot: slot + 1],
@@ -122,20 +154,14 @@ class Eagle3TreeProposer(Eagle3ChainProposer):
 
     def propose(self) -> TreeProposal:
         session, start, k = self.session, self.session.last_slot, self.top_k
-        first, rows = self.context_len, self.pending.shape[1]
-        set_cache_length(self.cache, first)
-        step = self._context_step if rows == self.block_size else self._context_step.eager
-        _, hidden = step(session.tokens[:, first + 1: first + 1 + rows], self.pending,
-                         session.positions[:, first: first + rows], session.causal_mask(first, rows))
-        set_cache_length(self.cache, start)
-        last = start - 1 - first
-        logprobs = torch.log_softmax(self.drafter.draft_logits(hidden[0, last]).float(), dim=-1)  # [draft_vocab]
+        _, hidden = self._context(start)  # hidden [1, 1, H]: the drafter's output at slot start-1
+        logprobs = torch.log_softmax(self.drafter.draft_logits(hidden[0, 0]).float(), dim=-1)  # [draft_vocab]
         # Candidate nodes: (score, token, parent node id or -1 for the root, depth); expanded nodes have a drafter row.
         scores, draft_ids = logprobs.topk(k)
         tokens = self.drafter.to_target_ids(draft_ids).tolist()
         nodes = [(float(sc), tok, -1, 1) for sc, tok in zip(scores.tolist(), tokens)]
         frontier = list(range(k))  # node ids to expand next
-        frontier_hidden = hidden[:, last: last + 1].expand(1, k, -1)  # [1, k, H]: each node's parent output
+        frontier_hidden = hidden.expand(1, k, -1)  # [1, k, H]: each node's parent output
         row_slot: dict[int, int] = {}  # node id -> drafter cache slot of the row that expanded it
         base_allowed = session.context_allowed(start)  # [capacity] committed context
         for level in range(1, self.depth):

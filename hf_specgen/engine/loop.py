@@ -185,8 +185,11 @@ class SpeculativeDecoder:
                 first = target_choices(scores, do_sample)  # [1]
                 finished = commit(first, scores, last_logits)
                 prompt_features = tap.features() if tap is not None else None
+                observe = getattr(self.proposer, "observe", None)  # routers read the target at the newest token
                 if not finished:
                     self.proposer.start(session, prompt_features)
+                    if observe is not None:
+                        observe(out.logits[0, -1], prompt_features[0, -1])
                 t1 = clock.now()
                 stats.prefill_time = t1 - t0
 
@@ -200,8 +203,9 @@ class SpeculativeDecoder:
                         n_accepted, new_tokens, scores, logits, features, r2 = self._verify_tree(
                             draft, session, start, logits_processor, do_sample, clock)
                     else:
+                        rows = draft.shape[0]  # the proposer's block (a router may switch between sizes)
                         logits, features = self._verify(
-                            draft[None], session.positions[:, start : start + width], session.verify_mask(start)
+                            draft[None], session.positions[:, start : start + rows], session.causal_mask(start, rows)
                         )
                         r2 = clock.now()
                         scores = process_block_logits(logits, session.committed(), draft, logits_processor)
@@ -219,6 +223,8 @@ class SpeculativeDecoder:
                     if features is not None and self.compile_steps:
                         features = features.clone()  # a graph replay would overwrite it
                     self.proposer.commit(features, n_accepted + 1)
+                    if observe is not None:
+                        observe(logits[n_accepted], features[0, n_accepted])
                     stats.acceptance_lengths.append(n_accepted + 1)
                     finished = commit(new_tokens, scores, logits)
                     stats.draft_time += r1 - r0
@@ -231,6 +237,8 @@ class SpeculativeDecoder:
 
         stats.new_tokens = session.length - prompt_len
         stats.draft_forwards = getattr(self.proposer, "forward_calls", stats.num_rounds)
+        stats.drafter_per_round = list(getattr(self.proposer, "drafter_per_round", []))
+        stats.backlog_sizes = list(getattr(self.proposer, "backlog_sizes", []))
         sequences = session.committed().clone()
         if not generation_config.return_dict_in_generate:
             return sequences

@@ -93,9 +93,10 @@ class DecodingSession:
         allowed[:, start: start + n] = ancestors
         return self._additive(allowed)
 
-    def block_mask(self, start: int) -> torch.Tensor:
+    def block_mask(self, start: int, width: int | None = None) -> torch.Tensor:
         """Drafter mask, keys = [cache ; block]: cached context slots < start, and the whole block
-        (bidirectional): [1, 1, W, capacity + W]."""
-        context_ok = ((self._columns < start) & self.slot_ok).expand(self.width, -1)  # [W, capacity]
-        block_ok = torch.ones((self.width, self.width), dtype=torch.bool, device=self.device)
+        (bidirectional): [1, 1, W, capacity + W] (W = ``width``, default the session's)."""
+        width = width or self.width
+        context_ok = self.context_allowed(start).expand(width, -1)  # [W, capacity]
+        block_ok = torch.ones((width, width), dtype=torch.bool, device=self.device)
         return self._additive(torch.cat([context_ok, block_ok], dim=1))

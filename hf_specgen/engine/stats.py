@@ -26,6 +26,8 @@ class SpeculativeStats:
     mismatches_per_round: list[int] = field(default_factory=list)
     rescued_per_round: list[int] = field(default_factory=list)
     draft_forwards: int = 0
+    drafter_per_round: list[str] = field(default_factory=list)  # WhiFlash: which drafter proposed each round
+    backlog_sizes: list[int] = field(default_factory=list)  # WhiFlash: rows prefilled at each lazy catch-up
     new_tokens: int = 0
     prefill_time: float = 0.0
     draft_time: float = 0.0
@@ -40,6 +42,11 @@ class SpeculativeStats:
     def mean_acceptance_length(self) -> float:
         """tau: committed tokens per round."""
         return sum(self.acceptance_lengths) / max(1, self.num_rounds)
+
+    @property
+    def switches(self) -> int:
+        """WhiFlash: rounds whose drafter differs from the previous round's."""
+        return sum(a != b for a, b in zip(self.drafter_per_round, self.drafter_per_round[1:]))
 
     @property
     def rescued_tokens(self) -> int:
@@ -71,6 +78,9 @@ class SpeculativeStats:
             "initial_mismatches": self.initial_mismatches,
             "rescued_tokens": self.rescued_tokens,
             "rescued_per_round": list(self.rescued_per_round),
+            "drafter_per_round": list(self.drafter_per_round),
+            "switches": self.switches,
+            "backlog_sizes": list(self.backlog_sizes),
             "num_rounds": self.num_rounds,
             "new_tokens": self.new_tokens,
             "mean_acceptance_length": self.mean_acceptance_length,

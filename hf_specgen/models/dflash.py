@@ -121,6 +121,13 @@ class DFlashAttention(nn.Module):
         self.q_norm = Qwen3RMSNorm(self.head_dim, eps=config.rms_norm_eps)
         self.k_norm = Qwen3RMSNorm(self.head_dim, eps=config.rms_norm_eps)
 
+    def context_key_values(self, context, cos, sin):
+        """K/V of context rows only ([B, C, H] -> [B, kvh, C, hd] each), as ``forward`` computes them."""
+        batch, ctx_len, _ = context.shape
+        k = self.k_norm(self.k_proj(context).view(batch, ctx_len, self.num_kv_heads, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(context).view(batch, ctx_len, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        return _apply_rope(k, cos, sin), v
+
     def forward(self, block, context, cos, sin, past_key_values=None, attention_mask=None):
         batch, q_len, _ = block.shape
         ctx_len = context.shape[1]
@@ -215,6 +222,17 @@ class DFlashDraftModel(PreTrainedModel):
         for layer in self.layers:
             hidden = layer(hidden, context, cos, sin, past_key_values, attention_mask)
         return self.norm(hidden)
+
+    def prefill_context(self, target_hidden: torch.Tensor, position_ids: torch.Tensor, past_key_values) -> None:
+        """Append context rows to the cache without drafting a block (context rows only lend K/V).
+
+        target_hidden [B, C, n_taps*H]; position_ids [B, C]; past_key_values: the drafter's cache (appended to).
+        """
+        context = self.hidden_norm(self.fc(target_hidden))  # [B, C, H]
+        cos, sin = self.rotary_emb(context, position_ids)
+        for layer in self.layers:
+            k, v = layer.self_attn.context_key_values(context, cos, sin)
+            past_key_values.update(k, v, layer.self_attn.layer_idx)
 
     # ------------------------------------------------------------------------------------------------
     # z-lab compatible entry point: a plain, readable reference loop (dynamic cache, batch 1). hf_specgen's

@@ -121,6 +121,16 @@ class Eagle3DraftModel(PreTrainedModel):
         cos, sin = self.rotary_emb(input_embeds, position_ids)
         return self.midlayer(input_embeds, hidden, cos, sin, past_key_values, attention_mask)
 
+    def prefill_kv(self, input_embeds: torch.Tensor, features: torch.Tensor, position_ids: torch.Tensor,
+                   past_key_values) -> None:
+        """KV-only prefill: append the midlayer K/V of these rows to the cache, skipping queries, attention and MLP
+        (one layer, so a row's K/V never depend on other rows: equal to what a full forward stores)."""
+        hidden = self.fc(features) if features.shape[-1] != self.config.hidden_size else features
+        cos, sin = self.rotary_emb(input_embeds, position_ids)
+        x = self.midlayer.attention_input(input_embeds, hidden)
+        k, v = self.midlayer.self_attn.key_values(x, cos, sin)
+        past_key_values.update(k, v, 0)
+
     def draft_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[..., H] -> [..., draft_vocab] logits."""
         return self.lm_head(self.norm(hidden))

@@ -1,0 +1,118 @@
+"""WhiFlash: lossless for any routing; lazy catch-up and KV-only prefill change nothing but cost."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+import hf_specgen
+from hf_specgen.engine.cache import static_cache
+
+from conftest import make_dflash, make_target, random_prompt
+from test_eagle3 import make_eagle3
+
+
+class Alternate:
+    """Switches drafter every ``period`` rounds."""
+
+    def __init__(self, period: int):
+        self.period, self.calls = period, 0
+
+    def __call__(self, signal):
+        self.calls += 1
+        return "eagle3" if (self.calls // self.period) % 2 else "dflash"
+
+
+def _bundle(target, eagle, dflash, router, lazy):
+    if router == "neural":
+        mlp = hf_specgen.WhiFlashRouter(target.config.hidden_size).eval()
+        return hf_specgen.WhiFlash(eagle, dflash, router="neural", neural_router=mlp, neural_threshold=0.0, lazy=lazy)
+    return hf_specgen.WhiFlash(eagle, dflash, router=router, entropy_threshold=3.0, lazy=lazy)
+
+
+@pytest.mark.parametrize("family", ["qwen3", "llama"])
+def test_greedy_equals_stock_for_any_routing(family):
+    target = make_target(family)
+    eagle, dflash = make_eagle3(target, draft_vocab=128), make_dflash(target, block_size=8)
+    rng = random.Random(5)
+    for router in ["eagle3", "dflash", "random", Alternate(1), Alternate(3), "entropy", "neural"]:
+        for lazy in (True, False):
+            prompt = random_prompt(rng, rng.randint(1, 70))
+            max_new = rng.randint(5, 40)
+            shape = rng.choice(({}, {"eagle_top_k": 1, "num_draft_tokens": 4},
+                                {"eagle_top_k": 3, "eagle_depth": 3, "eagle_total_tokens": 8}))
+            ref = target.generate(prompt, max_new_tokens=max_new, do_sample=False)
+            out = target.generate(prompt, assistant_model=_bundle(target, eagle, dflash, router, lazy),
+                                  speculative_mode="whiflash", max_new_tokens=max_new, do_sample=False,
+                                  return_dict_in_generate=True, **shape)
+            assert out.sequences.tolist() == ref.tolist(), (family, router, lazy, shape)
+            stats = out.speculative_stats
+            assert len(stats.drafter_per_round) == stats.num_rounds
+            if router in ("eagle3", "dflash"):
+                assert set(stats.drafter_per_round) == {router} and stats.switches == 0
+            if isinstance(router, Alternate) and router.period == 1 and stats.num_rounds > 2:
+                assert stats.switches == stats.num_rounds - 1
+
+
+def _record_drafts(target, bundle, prompt, **kwargs):
+    """Every round's proposal (block or tree tokens), in order."""
+    from hf_specgen.drafters.whiflash import WhiFlashProposer
+
+    seen, original = [], WhiFlashProposer.propose
+
+    def recording(self):
+        draft = original(self)
+        seen.append(draft.tokens.tolist() if hasattr(draft, "tokens") else draft.tolist())
+        return draft
+
+    WhiFlashProposer.propose = recording
+    try:
+        out = target.generate(prompt, assistant_model=bundle, speculative_mode="whiflash", do_sample=False,
+                              return_dict_in_generate=True, **kwargs)
+    finally:
+        WhiFlashProposer.propose = original
+    return seen, out.speculative_stats
+
+
+def test_lazy_catch_up_proposes_exactly_what_eager_updating_proposes():
+    """Switching every third round, each catch-up prefills a backlog of several rounds in one forward."""
+    target = make_target("qwen3")
+    eagle, dflash = make_eagle3(target), make_dflash(target, block_size=6)
+    prompt = random_prompt(random.Random(8), 30)
+    runs = {}
+    for lazy in (True, False):
+        bundle = hf_specgen.WhiFlash(eagle, dflash, router=Alternate(3), lazy=lazy)
+        runs[lazy] = _record_drafts(target, bundle, prompt, max_new_tokens=60, eagle_top_k=1, num_draft_tokens=5)
+    (lazy_drafts, lazy_stats), (eager_drafts, eager_stats) = runs[True], runs[False]
+    assert lazy_stats.drafter_per_round == eager_stats.drafter_per_round and lazy_stats.switches >= 3
+    assert lazy_drafts == eager_drafts
+    assert max(lazy_stats.backlog_sizes) > 1 and not eager_stats.backlog_sizes
+
+
+@torch.no_grad()
+def test_kv_only_prefill_stores_the_same_kv_as_a_full_forward():
+    target = make_target("llama")
+    eagle = make_eagle3(target)
+    torch.manual_seed(0)
+    rows = 9
+    embeds = torch.randn(1, rows, target.config.hidden_size)
+    features = torch.randn(1, rows, 3 * target.config.hidden_size)
+    positions = torch.arange(rows)[None]
+    full, kv_only = static_cache(32, 1), static_cache(32, 1)
+    causal = torch.full((rows, 32), float("-inf"))
+    causal[:, :rows] = torch.full((rows, rows), float("-inf")).triu(1)
+    eagle(embeds, features, positions, full, causal[None, None])
+    eagle.prefill_kv(embeds, features, positions, kv_only)
+    torch.testing.assert_close(kv_only.layers[0].keys[:, :, :rows], full.layers[0].keys[:, :, :rows])
+    torch.testing.assert_close(kv_only.layers[0].values[:, :, :rows], full.layers[0].values[:, :, :rows])
+
+
+def test_whiflash_errors_name_the_fix():
+    target = make_target("qwen3")
+    prompt = torch.tensor([[5, 6, 7]])
+    with pytest.raises(ValueError, match="WhiFlash"):
+        target.generate(prompt, assistant_model=make_dflash(target), speculative_mode="whiflash", max_new_tokens=4)
+    with pytest.raises(ValueError, match="neural_router"):
+        hf_specgen.WhiFlash(make_eagle3(target), make_dflash(target), router="neural")

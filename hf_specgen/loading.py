@@ -26,6 +26,10 @@ def load_drafter(path_or_repo: str, **from_pretrained_kwargs):
     })
     if _is_dflash_config(config_dict):
         return DFlashDraftModel.from_pretrained(path_or_repo, **from_pretrained_kwargs)
+    if config_dict.get("model_type") == "whiflash":
+        from .models.whiflash import WhiFlash
+
+        return WhiFlash.from_pretrained(path_or_repo, **from_pretrained_kwargs)
     if _is_eagle3_config(config_dict):
         return load_eagle3(path_or_repo, config_dict, **from_pretrained_kwargs)
     raise ValueError(

@@ -28,8 +28,9 @@ class Alternate:
 def _bundle(target, eagle, dflash, router, lazy):
     if router == "neural":
         mlp = hf_specgen.WhiFlashRouter(target.config.hidden_size).eval()
-        return hf_specgen.WhiFlash(eagle, dflash, router="neural", neural_router=mlp, neural_threshold=0.0, lazy=lazy)
-    return hf_specgen.WhiFlash(eagle, dflash, router=router, entropy_threshold=3.0, lazy=lazy)
+        return hf_specgen.WhiFlash(ar=eagle, parallel=dflash, router="neural", neural_router=mlp, neural_threshold=0.0,
+                                   lazy=lazy)
+    return hf_specgen.WhiFlash(ar=eagle, parallel=dflash, router=router, entropy_threshold=3.0, lazy=lazy)
 
 
 @pytest.mark.parametrize("family", ["qwen3", "llama"])
@@ -83,7 +84,7 @@ def test_lazy_catch_up_proposes_exactly_what_eager_updating_proposes():
     prompt = random_prompt(random.Random(8), 30)
     runs = {}
     for lazy in (True, False):
-        bundle = hf_specgen.WhiFlash(eagle, dflash, router=Alternate(3), lazy=lazy)
+        bundle = hf_specgen.WhiFlash(ar=eagle, parallel=dflash, router=Alternate(3), lazy=lazy)
         runs[lazy] = _record_drafts(target, bundle, prompt, max_new_tokens=60, eagle_top_k=1, num_draft_tokens=5)
     (lazy_drafts, lazy_stats), (eager_drafts, eager_stats) = runs[True], runs[False]
     assert lazy_stats.drafter_per_round == eager_stats.drafter_per_round and lazy_stats.switches >= 3
@@ -115,4 +116,38 @@ def test_whiflash_errors_name_the_fix():
     with pytest.raises(ValueError, match="WhiFlash"):
         target.generate(prompt, assistant_model=make_dflash(target), speculative_mode="whiflash", max_new_tokens=4)
     with pytest.raises(ValueError, match="neural_router"):
-        hf_specgen.WhiFlash(make_eagle3(target), make_dflash(target), router="neural")
+        hf_specgen.WhiFlash(ar=make_eagle3(target), parallel=make_dflash(target), router="neural")
+
+
+def test_bundle_saves_and_loads_as_one_folder(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    target = make_target("qwen3")
+    eagle, dflash = make_eagle3(target, draft_vocab=128), make_dflash(target, block_size=8)
+    router = hf_specgen.WhiFlashRouter(target.config.hidden_size).eval()
+    bundle = hf_specgen.WhiFlash(ar=eagle, parallel=dflash, router="neural", neural_router=router,
+                                 neural_threshold=0.25)
+    bundle.config.entropy_thresholds = {"code": 1.5, "math": 2.5}
+    bundle.save_pretrained(tmp_path / "bundle")
+    files = {p.name for p in (tmp_path / "bundle").iterdir()}
+    assert {"config.json", "model.safetensors", "whiflash.py", "dflash.py", "eagle3.py"} <= files
+    loaded = hf_specgen.load_drafter(str(tmp_path / "bundle"))
+    assert loaded.router == "neural" and loaded.neural_threshold == 0.25
+    for key, value in bundle.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], value), key
+    loaded.set_category("math")
+    assert loaded.entropy_threshold == 2.5
+    prompt = random_prompt(random.Random(1), 20)
+    out = target.generate(prompt, assistant_model=loaded, speculative_mode="whiflash", max_new_tokens=20,
+                          do_sample=False)
+    assert out.tolist() == target.generate(prompt, max_new_tokens=20, do_sample=False).tolist()
+    code = ("import sys; sys.modules['hf_specgen'] = None\n"
+            "from transformers import AutoModel\n"
+            f"m = AutoModel.from_pretrained({str(tmp_path / 'bundle')!r}, trust_remote_code=True)\n"
+            "print(type(m).__name__, type(m.ar).__name__, type(m.parallel).__name__, m.config.router)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.split() == ["WhiFlash", "Eagle3DraftModel", "DFlashDraftModel", "neural"]
+    assert json.loads((tmp_path / "bundle" / "config.json").read_text())["auto_map"]["AutoModel"] == "whiflash.WhiFlash"

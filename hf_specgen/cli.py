@@ -44,6 +44,7 @@ def main(argv=None) -> int:
                            help="FLy ablations instead of the method list: W, theta, MLA, exact baselines")
     _add_training_commands(sub)
     _add_world_commands(sub)
+    _add_calibrate_command(sub)
     args = parser.parse_args(argv)
     if hasattr(args, "handler"):
         args.handler(args)
@@ -101,6 +102,50 @@ def _add_world_commands(sub) -> None:
     export.add_argument("--out", default="hub_models")
     export.add_argument("--bench", help="results.json of specgen bench, for the cards' decoding tables")
     export.set_defaults(handler=_world_export)
+
+
+def _add_calibrate_command(sub) -> None:
+    cal = sub.add_parser("calibrate", help="grid-search WhiFlash-Entropy's threshold per prompt category")
+    cal.add_argument("--target", required=True)
+    cal.add_argument("--bundle", required=True, help="WhiFlash bundle folder (thresholds are written back into it)")
+    cal.add_argument("--prompts", nargs="+", default=["tinyworld"], choices=list(PROMPT_SETS))
+    cal.add_argument("--num-prompts", type=int, default=8, help="held-out prompts per category")
+    cal.add_argument("--thresholds", type=float, nargs="+", default=[0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0])
+    cal.add_argument("--max-new-tokens", type=int, default=128)
+    cal.add_argument("--dtype", default="bf16", choices=list(DTYPES))
+    cal.add_argument("--device", default="cpu")
+    cal.add_argument("--seed", type=int, default=1, help="a different seed than bench, so calibration prompts differ")
+    cal.add_argument("--out", help="write the calibrated bundle here instead of back into --bundle")
+    cal.set_defaults(handler=_calibrate)
+
+
+def _calibrate(args) -> None:
+    from argparse import Namespace
+
+    from tqdm.auto import tqdm
+
+    from .bench.calibrate import calibrate_entropy
+    from .bench.runner import BenchModels, encode_prompts
+    from .loading import load_drafter
+    from .mixin import enable
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dtype = DTYPES[args.dtype]
+    target = enable(AutoModelForCausalLM.from_pretrained(args.target, dtype=dtype).to(args.device).eval())
+    bundle = load_drafter(args.bundle, dtype=dtype).to(args.device)
+    models = BenchModels(target, AutoTokenizer.from_pretrained(args.target))
+    ids, records = encode_prompts(models, Namespace(prompts=args.prompts, num_prompts=args.num_prompts, seed=args.seed,
+                                                    categories=None, thinking=False, synthetic=None))
+    by_category: dict[str, list] = {}
+    for prompt, record in zip(ids, records):
+        by_category.setdefault(record["category"], []).append(prompt)
+    total = sum(len(v) for v in by_category.values()) * len(args.thresholds)
+    with tqdm(total=total, desc="calibrating", unit="prompt") as bar:
+        result = calibrate_entropy(target, bundle, by_category, args.thresholds, args.max_new_tokens, bar)
+    bundle.config.entropy_thresholds = {category: r["best"] for category, r in result.items()}
+    bundle.save_pretrained(args.out or args.bundle)
+    print(json.dumps(result, indent=2))
 
 
 def _world_export(args) -> None:

@@ -151,3 +151,16 @@ def test_bundle_saves_and_loads_as_one_folder(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.split() == ["WhiFlash", "Eagle3DraftModel", "DFlashDraftModel", "neural"]
     assert json.loads((tmp_path / "bundle" / "config.json").read_text())["auto_map"]["AutoModel"] == "whiflash.WhiFlash"
+
+
+def test_calibration_picks_the_fastest_threshold():
+    from hf_specgen.bench.calibrate import best_threshold, calibrate_entropy
+
+    assert best_threshold({0.5: 100.0, 1.0: 130.0, 2.0: 120.0}) == 1.0
+    assert best_threshold({0.5: 130.0, 1.0: 130.0}) == 0.5
+    target = make_target("qwen3")
+    bundle = hf_specgen.WhiFlash(ar=make_eagle3(target), parallel=make_dflash(target, block_size=4))
+    prompts = {"a": [random_prompt(random.Random(i), 12) for i in range(2)]}
+    result = calibrate_entropy(target, bundle, prompts, [0.0, 100.0], max_new_tokens=6)
+    assert set(result["a"]["tokens_per_second"]) == {0.0, 100.0}
+    assert result["a"]["best"] in (0.0, 100.0) and bundle.router == "entropy"

@@ -92,6 +92,11 @@ def _add_training_commands(sub) -> None:
     dflash_parser = train_sub.add_parser("dflash", help="train a DFlash drafter for a target (z-lab format)")
     dflash_trainer.add_arguments(dflash_parser)
     dflash_parser.set_defaults(handler=lambda a: dflash_trainer.train_dflash(a))
+    from .training import eagle3_trainer
+
+    eagle_parser = train_sub.add_parser("eagle3", help="train an EAGLE-3 drafter for a target (training-time test)")
+    eagle3_trainer.add_arguments(eagle_parser)
+    eagle_parser.set_defaults(handler=lambda a: eagle3_trainer.train_eagle3(a))
 
 
 def _add_world_commands(sub) -> None:

@@ -176,3 +176,39 @@ def test_chain_drafts_equal_a_from_scratch_recomputation(mode):
         assert max(out.speculative_stats.acceptance_lengths) == 5
     for committed, drafts in seen:
         assert drafts == _reference_chain(target, drafter, committed, 4)
+
+
+@torch.no_grad()
+def test_ttt_steps_equal_what_decoding_computes():
+    """Training-time test step s for row t == the drafter run at inference on real rows 0..t, then a chain of
+    s-1 rows fed with the true next tokens and its own previous outputs."""
+    from hf_specgen.training.eagle3_trainer import ttt_forward
+
+    target = make_target("llama", num_hidden_layers=6)
+    drafter = make_eagle3(target)
+    layer_ids = default_eagle3_layer_ids(6)
+    ids = torch.randint(3, 250, (1, 24))
+    steps, rows = 3, 24 - 3 - 1
+    hs = target(ids, output_hidden_states=True).hidden_states
+    features = torch.cat([hs[i + 1][:, :rows] for i in layer_ids], dim=-1)
+    embed = target.get_input_embeddings()
+    outputs = ttt_forward(drafter, embed, ids, features, steps)
+    for t in (0, 5, rows - 1):
+        tokens = ids[:, 1: t + 2]  # x_1..x_{t+1} with f_0..f_t
+        hidden_in = drafter.fc(features[:, : t + 1])
+        for s in range(1, steps + 1):
+            n = tokens.shape[1]
+            causal = torch.full((n, n), float("-inf")).triu(1)[None, None]
+            out = drafter(embed(tokens), hidden_in, torch.arange(n)[None], None, causal)
+            torch.testing.assert_close(outputs[s - 1][0, t], out[0, -1], atol=1e-4, rtol=1e-4)
+            tokens = torch.cat([tokens, ids[:, t + s + 1: t + s + 2]], dim=1)  # the true next token
+            hidden_in = torch.cat([hidden_in, out[:, -1:]], dim=1)
+
+
+def test_draft_vocabulary_keeps_the_most_frequent_tokens():
+    from hf_specgen.training.eagle3_trainer import draft_vocabulary
+
+    examples = [([1, 2, 9, 9, 9, 7, 7, 4], 2)]  # response tokens: 9 x3, 7 x2, 4 x1
+    d2t, t2d = draft_vocabulary(examples, 12, 3)
+    kept = (torch.arange(3) + d2t).tolist()
+    assert kept == [4, 7, 9] and t2d.nonzero().flatten().tolist() == [4, 7, 9]

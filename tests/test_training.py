@@ -183,6 +183,9 @@ def trained_runs(mini_world):
     main(["train", "dflash", "--target", str(mini_world / "target"), "--data", str(regen), "--out", str(runs / "dflash"),
           "--block-size", "4", "--layers", "1", "--max-anchors", "8", "--batch-size", "4", "--max-steps", "3",
           "--heldout", "8", "--mixed-precision", "no"])
+    main(["train", "eagle3", "--target", str(mini_world / "target"), "--data", str(regen), "--out",
+          str(runs / "eagle3"), "--draft-vocab-size", "200", "--ttt-steps", "3", "--batch-size", "4", "--max-steps", "3",
+          "--mixed-precision", "no"])
     return runs
 
 
@@ -256,3 +259,17 @@ def test_chat_examples_mask_only_the_response(mini_world):
     input_ids, labels = pad_chat_batch(examples, tok.pad_token_id)
     scored = tok.decode(labels[0][labels[0] != -100])
     assert scored == "It is 3." + tok.eos_token
+
+
+def test_trained_eagle3_loads_and_decodes_losslessly(mini_world, trained_runs):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    log = json.loads((trained_runs / "eagle3" / "log.json").read_text())
+    assert log["steps"] == 3 and log["draft_vocab_size"] == 200
+    drafter = hf_specgen.load_drafter(str(trained_runs / "eagle3" / "model"))
+    assert isinstance(drafter, hf_specgen.Eagle3DraftModel) and int(drafter.t2d.sum()) == 200
+    target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained(mini_world / "target"))
+    tok = AutoTokenizer.from_pretrained(mini_world / "target")
+    ids = tok(format_chat(PROMPTS[5]), return_tensors="pt", add_special_tokens=False)["input_ids"]
+    out = target.generate(ids, assistant_model=drafter, speculative_mode="eagle3", max_new_tokens=16, do_sample=False)
+    assert torch.equal(out, target.generate(ids, max_new_tokens=16, do_sample=False))

@@ -50,6 +50,12 @@ class Eagle3Attention(nn.Module):
         self.v_proj = nn.Linear(width, self.num_kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=bias)
 
+    def queries(self, x, cos, sin):
+        """Queries of rows x [B, T, 2H]: [B, heads, T, hd], RoPE applied."""
+        batch, rows, _ = x.shape
+        q = self.q_proj(x).view(batch, rows, self.num_heads, self.head_dim).transpose(1, 2)
+        return q * cos.unsqueeze(1) + rotate_half(q) * sin.unsqueeze(1)
+
     def key_values(self, x, cos, sin):
         """K/V of rows x [B, T, 2H] (what a cache stores): [B, kvh, T, hd] each."""
         batch, rows, _ = x.shape
@@ -59,8 +65,7 @@ class Eagle3Attention(nn.Module):
 
     def forward(self, x, cos, sin, past_key_values=None, attention_mask=None):
         batch, rows, _ = x.shape
-        q = self.q_proj(x).view(batch, rows, self.num_heads, self.head_dim).transpose(1, 2)
-        q = q * cos.unsqueeze(1) + rotate_half(q) * sin.unsqueeze(1)
+        q = self.queries(x, cos, sin)
         k, v = self.key_values(x, cos, sin)
         if past_key_values is not None:
             k, v = past_key_values.update(k, v, 0)

@@ -1,0 +1,183 @@
+"""``specgen train eagle3``: train an EAGLE-3 drafter for any target with training-time test (TTT).
+
+Data: target-regenerated chat sequences (``specgen data regenerate``); loss on response tokens only. Per step:
+
+1. the frozen target runs over the batch; its taps (default hidden_states [2, L//2, L-3]) give features f_t;
+2. TTT step 1: row t pairs embed(x_{t+1}) with f_t and predicts x_{t+2} (a causal pass over the sequence);
+3. TTT step s >= 2 unrolls what decoding does after the first draft: row t pairs the TRUE token x_{t+s} with the
+   drafter's own step s-1 output for row t (not a target feature), sits at position t+s-1 and predicts x_{t+s+1};
+   it attends to the step-1 rows j <= t (real context) and to its own chain's rows of steps 2..s, which is exactly
+   the attention pattern of a drafted chain at inference;
+4. loss = sum over steps of weight^(s-1) * cross entropy, labels mapped into the draft vocabulary (targets outside it
+   are not scored).
+
+The draft vocabulary (``--draft-vocab-size``) is the most frequent response tokens of the data; ``d2t``/``t2d`` are
+saved with the weights. The target's embedding table is used and never trained. Exported with ``save_pretrained``
+in the EAGLE layout (``midlayer.*``, ``d2t``, ``t2d``), loadable by ``hf_specgen.load_drafter``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
+
+from ..models.eagle3 import Eagle3DraftModel, default_eagle3_layer_ids
+from .corpus import read_jsonl
+from .lm import IGNORE, chat_examples, pad_chat_batch
+from .loop import TrainSettings, run_training
+
+
+def draft_vocabulary(examples, vocab_size: int, draft_vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(d2t [draft_vocab], t2d [vocab]) keeping the most frequent response tokens, in increasing id order."""
+    if draft_vocab_size >= vocab_size:
+        return torch.zeros(vocab_size, dtype=torch.long), torch.ones(vocab_size, dtype=torch.bool)
+    counts = Counter(tok for ids, n_prompt in examples for tok in ids[n_prompt:])
+    common = [tok for tok, _ in counts.most_common(draft_vocab_size)]
+    # Pad with the lowest unused ids if the data has fewer distinct tokens than the draft vocabulary.
+    filler = (t for t in range(vocab_size) if t not in set(common))
+    while len(common) < draft_vocab_size:
+        common.append(next(filler))
+    kept = torch.tensor(sorted(common))
+    t2d = torch.zeros(vocab_size, dtype=torch.bool)
+    t2d[kept] = True
+    return kept - torch.arange(draft_vocab_size), t2d
+
+
+def ttt_mask(rows: int, steps: int, device) -> torch.Tensor:
+    """[rows, steps*rows] bool for step ``steps``: step-1 keys j <= t (causal), then one key per later step (j == t)."""
+    t = torch.arange(rows, device=device)
+    blocks = [t[None, :] <= t[:, None]] + [t[None, :] == t[:, None]] * (steps - 1)
+    return torch.cat(blocks, dim=1)
+
+
+def ttt_forward(drafter: Eagle3DraftModel, embed, input_ids: torch.Tensor, features: torch.Tensor,
+                steps: int) -> list[torch.Tensor]:
+    """Drafter outputs [B, T, H] for TTT steps 1..steps. input_ids [B, T+steps] (right-padded); features [B, T, n*H]
+    where row t holds f_t. Step s feeds token x_{t+s} at position t+s-1."""
+    mid, attn = drafter.midlayer, drafter.midlayer.self_attn
+    batch, rows = features.shape[:2]
+    hidden = drafter.fc(features)
+    keys, values, outputs = [], [], []
+    for s in range(1, steps + 1):
+        tokens = embed(input_ids[:, s: s + rows])  # [B, T, H]: x_{t+s}
+        positions = (torch.arange(rows, device=features.device) + s - 1)[None].expand(batch, -1)
+        cos, sin = drafter.rotary_emb(tokens, positions)
+        x = mid.attention_input(tokens, hidden)
+        q = attn.queries(x, cos, sin)
+        k, v = attn.key_values(x, cos, sin)
+        keys.append(k)
+        values.append(v)
+        mask = ttt_mask(rows, s, features.device)[None, None]
+        out = F.scaled_dot_product_attention(q, torch.cat(keys, dim=2), torch.cat(values, dim=2), attn_mask=mask,
+                                             scale=attn.head_dim**-0.5, enable_gqa=attn.num_heads != attn.num_kv_heads)
+        h = hidden + attn.o_proj(out.transpose(1, 2).reshape(batch, rows, -1))
+        h = h + mid.mlp(mid.post_attention_layernorm(h))
+        outputs.append(h)
+        hidden = h
+    return outputs
+
+
+def eagle3_loss(drafter, target, input_ids: torch.Tensor, labels: torch.Tensor, steps: int,
+                step_weight: float) -> tuple[torch.Tensor, int]:
+    """input_ids / labels [B, S] (labels = token where it is a response token, else IGNORE)."""
+    device = next(drafter.parameters()).device
+    input_ids, labels = input_ids.to(device), labels.to(device)
+    rows = input_ids.shape[1] - steps - 1
+    with torch.no_grad():
+        out = target.model(input_ids=input_ids, output_hidden_states=True)
+        layer_ids = drafter.target_layer_ids or default_eagle3_layer_ids(target.config.num_hidden_layers)
+        features = torch.cat([out.hidden_states[i + 1][:, :rows] for i in layer_ids], dim=-1)
+    outputs = ttt_forward(drafter, target.get_input_embeddings(), input_ids, features, steps)
+    total, weight_sum, scored = 0.0, 0.0, 0
+    for s, hidden in enumerate(outputs, start=1):
+        target_ids = labels[:, s + 1: s + 1 + rows]  # x_{t+s+1}
+        in_draft = (target_ids != IGNORE) & drafter.t2d[target_ids.clamp(min=0)]
+        draft_ids = torch.cumsum(drafter.t2d.long(), 0)[target_ids.clamp(min=0)] - 1  # target id -> draft id
+        draft_labels = torch.where(in_draft, draft_ids, IGNORE)
+        logits = drafter.draft_logits(hidden).float()
+        if int(in_draft.sum()):
+            total = total + step_weight ** (s - 1) * F.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), draft_labels.reshape(-1), ignore_index=IGNORE)
+            weight_sum += step_weight ** (s - 1)
+        scored += int(in_draft.sum())
+    return total / max(weight_sum, 1e-9), scored
+
+
+def train_eagle3(args) -> dict:
+    torch.manual_seed(args.seed)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(args.target)
+    target = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32).eval()
+    target.requires_grad_(False)
+    t = target.config
+    examples = chat_examples(tokenizer, read_jsonl(args.data), args.seq_len)
+    if not examples:
+        raise ValueError(f"{args.data} has no usable records")
+    draft_vocab = min(args.draft_vocab_size or t.vocab_size, t.vocab_size)
+    config = LlamaConfig(vocab_size=t.vocab_size, hidden_size=t.hidden_size, intermediate_size=t.intermediate_size,
+                         num_hidden_layers=1, num_attention_heads=t.num_attention_heads,
+                         num_key_value_heads=t.num_key_value_heads,
+                         head_dim=getattr(t, "head_dim", None) or t.hidden_size // t.num_attention_heads,
+                         rms_norm_eps=t.rms_norm_eps, max_position_embeddings=t.max_position_embeddings,
+                         rope_theta=float((getattr(t, "rope_parameters", None) or {}).get("rope_theta", 10000.0)),
+                         draft_vocab_size=draft_vocab,
+                         target_layer_ids=args.target_layer_ids or default_eagle3_layer_ids(t.num_hidden_layers),
+                         architectures=["Eagle3DraftModel"])
+    drafter = Eagle3DraftModel(config)
+    d2t, t2d = draft_vocabulary(examples, t.vocab_size, draft_vocab)
+    drafter.d2t.copy_(d2t)
+    drafter.t2d.copy_(t2d)
+
+    def batch_for_step(index: int):
+        per_epoch = max(len(examples) // args.batch_size, 1)
+        epoch, within = divmod(index, per_epoch)
+        order = torch.randperm(len(examples), generator=torch.Generator().manual_seed(args.seed + epoch))
+        picks = order[within * args.batch_size: (within + 1) * args.batch_size].tolist()
+        input_ids, labels = pad_chat_batch([examples[i] for i in picks], tokenizer.pad_token_id)
+        pad = torch.full((len(picks), args.ttt_steps + 1), tokenizer.pad_token_id)  # room for the unrolled steps
+        return torch.cat([input_ids, pad], dim=1), torch.cat([labels, torch.full_like(pad, IGNORE)], dim=1)
+
+    def loss_fn(model, batch):
+        if target.device != next(model.parameters()).device:
+            target.to(next(model.parameters()).device)
+        return eagle3_loss(model, target, *batch, steps=args.ttt_steps, step_weight=args.step_weight)
+
+    settings = TrainSettings(out_dir=str(out_dir), lr=args.lr, max_steps=args.max_steps,
+                             time_budget_minutes=args.time_budget_minutes, warmup_fraction=args.warmup_fraction,
+                             mixed_precision=args.mixed_precision, seed=args.seed, resume=not args.no_resume)
+    log = run_training(drafter, settings, batch_for_step, loss_fn, description="EAGLE-3 drafter (TTT)",
+                       run_info={"target": str(args.target), "data": str(args.data), "sequences": len(examples),
+                                 "ttt_steps": args.ttt_steps, "draft_vocab_size": draft_vocab,
+                                 "drafter_parameters": sum(p.numel() for p in drafter.parameters())})
+    drafter.save_pretrained(out_dir / "model")
+    print(json.dumps({k: v for k, v in log.items() if k != "history"}, indent=2))
+    return log
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--target", required=True, help="target model folder (frozen; its tokenizer is used)")
+    parser.add_argument("--data", required=True, help="prompt/response JSONL regenerated by the target")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--draft-vocab-size", type=int, default=32000, help="most frequent tokens kept (<= vocab)")
+    parser.add_argument("--target-layer-ids", type=int, nargs="+", default=None,
+                        help="decoder-layer outputs to tap (default [1, L//2-1, L-4] = hidden_states [2, L//2, L-3])")
+    parser.add_argument("--ttt-steps", type=int, default=4, help="unrolled drafting steps per position")
+    parser.add_argument("--step-weight", type=float, default=0.8, help="loss weight of step s is this^(s-1)")
+    parser.add_argument("--seq-len", type=int, default=2048)
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--lr", type=float, default=3e-4)
+    parser.add_argument("--warmup-fraction", type=float, default=0.04)
+    parser.add_argument("--max-steps", type=int, default=100_000)
+    parser.add_argument("--time-budget-minutes", type=float, default=None)
+    parser.add_argument("--mixed-precision", default="bf16", choices=["no", "bf16", "fp16"])
+    parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-resume", action="store_true")

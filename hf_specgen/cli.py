@@ -97,6 +97,11 @@ def _add_training_commands(sub) -> None:
     eagle_parser = train_sub.add_parser("eagle3", help="train an EAGLE-3 drafter for a target (training-time test)")
     eagle3_trainer.add_arguments(eagle_parser)
     eagle_parser.set_defaults(handler=lambda a: eagle3_trainer.train_eagle3(a))
+    from .training import router_trainer
+
+    router_parser = train_sub.add_parser("router", help="train WhiFlash's neural router; writes the WhiFlash bundle")
+    router_trainer.add_arguments(router_parser)
+    router_parser.set_defaults(handler=lambda a: router_trainer.train_router(a))
 
 
 def _add_world_commands(sub) -> None:

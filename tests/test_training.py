@@ -273,3 +273,23 @@ def test_trained_eagle3_loads_and_decodes_losslessly(mini_world, trained_runs):
     ids = tok(format_chat(PROMPTS[5]), return_tensors="pt", add_special_tokens=False)["input_ids"]
     out = target.generate(ids, assistant_model=drafter, speculative_mode="eagle3", max_new_tokens=16, do_sample=False)
     assert torch.equal(out, target.generate(ids, max_new_tokens=16, do_sample=False))
+
+
+def test_router_training_writes_a_whiflash_bundle(mini_world, trained_runs, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from hf_specgen.cli import main
+
+    main(["train", "router", "--target", str(mini_world / "target"), "--eagle3", str(trained_runs / "eagle3" / "model"),
+          "--dflash", str(trained_runs / "dflash" / "model"), "--data", str(trained_runs / "regen.jsonl"),
+          "--out", str(tmp_path / "bundle"), "--eagle-depth", "3", "--max-steps", "5", "--batch-size", "8"])
+    log = json.loads((tmp_path / "bundle" / "router_run" / "log.json").read_text())
+    assert log["positions"] > 0 and log["oracle_token_al"] >= max(log["mean_al_eagle"], log["mean_al_dflash"])
+    bundle = hf_specgen.load_drafter(str(tmp_path / "bundle"))
+    assert isinstance(bundle, hf_specgen.WhiFlash) and bundle.router == "neural"
+    target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained(mini_world / "target"))
+    tok = AutoTokenizer.from_pretrained(mini_world / "target")
+    ids = tok(format_chat(PROMPTS[7]), return_tensors="pt", add_special_tokens=False)["input_ids"]
+    out = target.generate(ids, assistant_model=bundle, speculative_mode="whiflash", eagle_top_k=2, eagle_depth=3,
+                          eagle_total_tokens=5, max_new_tokens=16, do_sample=False)
+    assert torch.equal(out, target.generate(ids, max_new_tokens=16, do_sample=False))

@@ -20,6 +20,10 @@ def main(argv=None) -> int:
         p.add_argument("--target", help="target model folder or Hub id (default: hub_models/specgen-tiny)")
         p.add_argument("--drafter", help="DFlash drafter folder or Hub id (default: the tiny world's)")
         p.add_argument("--draft-model", help="draft LM for classic / assisted decoding (default: the tiny world's)")
+        p.add_argument("--eagle3", help="EAGLE-3 drafter folder (default: the tiny world's, if shipped)")
+        p.add_argument("--whiflash", help="WhiFlash bundle folder (default: the tiny world's, if shipped)")
+        p.add_argument("--eagle-tree", type=int, nargs=3, default=[4, 6, 16], metavar=("TOP_K", "DEPTH", "TOTAL"),
+                       help="EAGLE-3 tree shape (the paper's GPU setting is 10 8 60)")
         p.add_argument("--synthetic", choices=["tiny", "small"], help="random-weight stand-ins instead of real models")
         p.add_argument("--prompts", nargs="+", default=["tinyworld"], choices=list(PROMPT_SETS))
         p.add_argument("--methods", nargs="+", choices=list(ALL_METHODS),

@@ -25,7 +25,10 @@ def test_bench_runs_every_method_and_writes_json_and_chart(tmp_path):
                  "--repeats", "2", "--block-sizes", "4", "8", "--num-draft-tokens", "3", "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "results.json").read_text())
     assert set(report["methods"]) == {"autoregressive", "dflash b4", "dflash b8", "classic k3", "hf assisted",
-                                      "hf prompt lookup", "hf dflash (adapter)"}
+                                      "hf prompt lookup", "hf dflash (adapter)", "eagle3 tree 4/6/16",
+                                      "whiflash entropy"}
+    assert report["oracles"]["oracle per prompt"]["decode_tokens_per_second"] > 0
+    assert report["memory_mb"]["whiflash"] > report["memory_mb"]["dflash"] > report["memory_mb"]["autoregressive"]
     for name, method in report["methods"].items():
         entry = method["by_category"]["random"]
         assert entry["identical_to_autoregressive"] == 2, name  # every method is lossless in fp32

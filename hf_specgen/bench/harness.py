@@ -46,6 +46,22 @@ class MethodResult:
     acceptance: list[list[int]] = field(default_factory=list)  # per prompt: committed tokens per round
     time_split: dict[str, float] = field(default_factory=dict)  # summed over prompts (last repeat)
     counters: dict[str, int] = field(default_factory=dict)  # FLy rescues, mismatches, draft forwards (last repeat)
+    rounds: list[tuple[str, bool, float, float]] = field(default_factory=list)  # WhiFlash: drafter, switched, s, s
+
+    @property
+    def switch_cost_share(self) -> float | None:
+        """WhiFlash: extra drafting time of a round right after a switch (the catch-up), as a share of the mean
+        round latency, against rounds of the same drafter without a switch."""
+        switched = [r for r in self.rounds if r[1]]
+        if not switched:
+            return None
+        steady: dict[str, list[float]] = {}
+        for drafter, was_switch, draft_s, _ in self.rounds:
+            if not was_switch:
+                steady.setdefault(drafter, []).append(draft_s)
+        extra = [draft_s - statistics.mean(steady[d]) for d, _, draft_s, _ in switched if d in steady]
+        mean_round = statistics.mean(r[3] for r in self.rounds)
+        return statistics.mean(extra) / mean_round if extra and mean_round else None
     sequences: list[list[int]] = field(default_factory=list)
 
     @property
@@ -84,8 +100,12 @@ def run_method(target, prompts, gen_kwargs: dict, repeats: int, name: str, progr
             split["draft"] += stats.draft_time
             split["verify"] += stats.verify_time
             split["other"] += stats.other_time
-            for key in ("rescued_tokens", "initial_mismatches", "draft_forwards"):
+            for key in ("rescued_tokens", "initial_mismatches", "draft_forwards", "switches"):
                 result.counters[key] = result.counters.get(key, 0) + getattr(stats, key)
+            names = stats.drafter_per_round
+            for i, name in enumerate(names):
+                result.rounds.append((name, i > 0 and names[i - 1] != name, stats.round_draft_seconds[i],
+                                      stats.round_seconds[i]))
         if progress is not None:
             progress.update(1)
     if result.acceptance:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from transformers import LlamaConfig, Qwen3Config, Qwen3ForCausalLM
 
 from ..mixin import enable
 from ..models.dflash import DFlashDraftModel
+from ..models.eagle3 import Eagle3DraftModel
 
 # Random-weight stand-ins, used until trained models ship in hub_models/. They show the mechanics and the
 # engine's costs; a random drafter accepts almost nothing, so they say nothing about achievable speedups.
@@ -31,4 +32,6 @@ def synthetic_pair(size: str = "small", block_size: int = 16, dtype=torch.bfloat
     drafter = DFlashDraftModel(drafter_config).to(dtype).eval()
     draft_lm = Qwen3ForCausalLM(Qwen3Config(**{**geometry, "num_hidden_layers": 1}, max_position_embeddings=4096,
                                             eos_token_id=None)).to(dtype).eval()
-    return enable(target), drafter, draft_lm
+    eagle = Eagle3DraftModel(LlamaConfig(**{**geometry, "num_hidden_layers": 1}, rope_theta=10000.0,
+                                         max_position_embeddings=4096)).to(dtype).eval()
+    return enable(target), drafter, draft_lm, eagle

@@ -10,6 +10,7 @@ same process. tau = committed tokens per verify round: pooled (all tokens / all 
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 import statistics
@@ -21,9 +22,10 @@ import torch
 from .harness import MethodResult, run_method, tap_cost
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
-ALL_METHODS = ("autoregressive", "dflash", "classic", "hf-assisted", "hf-prompt-lookup", "hf-dflash", "fly",
-               "fly-dflash")
-LOSSLESS_DEFAULT = ("autoregressive", "dflash", "classic", "hf-assisted", "hf-prompt-lookup", "hf-dflash")
+ALL_METHODS = ("autoregressive", "dflash", "classic", "hf-assisted", "hf-prompt-lookup", "hf-dflash", "eagle3",
+               "whiflash", "fly", "fly-dflash")
+LOSSLESS_DEFAULT = ("autoregressive", "dflash", "classic", "hf-assisted", "hf-prompt-lookup", "hf-dflash", "eagle3",
+                    "whiflash")
 
 
 def hub_models_dir() -> Path:
@@ -38,6 +40,8 @@ class BenchModels:
     dflash: torch.nn.Module | None = None
     draft_lm: torch.nn.Module | None = None
     synthetic: bool = False
+    eagle3: torch.nn.Module | None = None
+    whiflash: torch.nn.Module | None = None
     names: dict = field(default_factory=dict)
 
 
@@ -50,8 +54,13 @@ def load_models(args) -> BenchModels:
 
     dtype = DTYPES[args.dtype]
     if args.synthetic:
-        target, drafter, draft_lm = synthetic_pair(args.synthetic, dtype=dtype)
-        return BenchModels(target, None, drafter, draft_lm, True, {"target": f"random {args.synthetic}"})
+        from ..models.whiflash import WhiFlash
+
+        target, drafter, draft_lm, eagle = synthetic_pair(args.synthetic, dtype=dtype)
+        bundle = WhiFlash(ar=eagle, parallel=drafter, router="entropy")
+        return BenchModels(target, None, drafter, draft_lm, synthetic=True, names={"target": f"random {args.synthetic}"},
+                           eagle3=eagle, whiflash=bundle)
+    optional = lambda given, name: given or (world / name if not args.target and (world / name).exists() else None)  # noqa: E731
     world = hub_models_dir()
     target_path = args.target or world / "specgen-tiny"
     drafter_path = args.drafter or (world / "specgen-tiny-dflash-b16" if not args.target else None)
@@ -64,8 +73,14 @@ def load_models(args) -> BenchModels:
     drafter = load_drafter(str(drafter_path), dtype=dtype).to(args.device).eval() if drafter_path else None
     draft_lm = (AutoModelForCausalLM.from_pretrained(draft_path, dtype=dtype).to(args.device).eval()
                 if draft_path else None)
-    names = {"target": str(target_path), "dflash": str(drafter_path), "draft_lm": str(draft_path)}
-    return BenchModels(enable(target), tokenizer, drafter, draft_lm, False, names)
+    eagle_path = optional(getattr(args, "eagle3", None), "specgen-tiny-eagle3")
+    whiflash_path = optional(getattr(args, "whiflash", None), "specgen-tiny-whiflash")
+    eagle = load_drafter(str(eagle_path), dtype=dtype).to(args.device).eval() if eagle_path else None
+    bundle = load_drafter(str(whiflash_path), dtype=dtype).to(args.device).eval() if whiflash_path else None
+    names = {"target": str(target_path), "dflash": str(drafter_path), "draft_lm": str(draft_path),
+             "eagle3": str(eagle_path), "whiflash": str(whiflash_path)}
+    return BenchModels(enable(target), tokenizer, drafter, draft_lm, synthetic=False, names=names, eagle3=eagle,
+                       whiflash=bundle)
 
 
 def encode_prompts(models: BenchModels, args) -> tuple[list[torch.Tensor], list[dict]]:
@@ -115,6 +130,20 @@ def build_methods(models: BenchModels, args) -> list[tuple[str, dict]]:
     if models.dflash is not None and "hf-dflash" in wanted and args.temperature == 0:
         methods.append(("hf dflash (adapter)", {**base, "assistant_model": NativeDFlashAdapter(models.dflash),
                                                 "speculation_type": "dflash"}))
+    tree = dict(zip(("eagle_top_k", "eagle_depth", "eagle_total_tokens"), args.eagle_tree))
+    if models.eagle3 is not None and "eagle3" in wanted:
+        methods.append((f"eagle3 tree {'/'.join(map(str, args.eagle_tree))}",
+                        {**base, "assistant_model": models.eagle3, "speculative_mode": "eagle3", **tree}))
+    if models.whiflash is not None and "whiflash" in wanted:
+        bundle = models.whiflash
+        whi = {**base, "speculative_mode": "whiflash", "block_size": max(args.block_sizes), **tree}
+        for label, router, lazy in (("entropy", "entropy", True), ("neural", "neural", True),
+                                    ("neural, eager catch-up", "neural", False)):
+            if router == "neural" and bundle.neural_router is None:
+                continue
+            variant = copy.copy(bundle)  # shares the drafters; only the routing settings differ
+            variant.router, variant.lazy = router, lazy
+            methods.append((f"whiflash {label}", {**whi, "assistant_model": variant}))
     if models.draft_lm is not None and "fly" in wanted:
         methods.append(("fly (lossy)", {**base, "assistant_model": models.draft_lm, "speculative_mode": "fly"}))
     if models.dflash is not None and "fly-dflash" in wanted:
@@ -141,6 +170,20 @@ def fly_sweep_methods(models: BenchModels, args) -> list[tuple[str, dict]]:
         methods += [(f"dflash b{block} (exact)", {**dflash, "speculative_mode": "dflash"}),
                     (f"fly over dflash b{block}", {**dflash, "speculative_mode": "fly"})]
     return methods
+
+
+def memory_report(models: BenchModels) -> dict:
+    """Parameter memory (MB) of the target and of each drafter configuration (KV caches scale with the call)."""
+    def mb(module) -> float:
+        return sum(p.numel() * p.element_size() for p in module.parameters()) / 2**20 if module is not None else 0.0
+
+    target = mb(models.target)
+    report = {"autoregressive": target}
+    for name, module in (("dflash", models.dflash), ("classic", models.draft_lm), ("eagle3", models.eagle3),
+                         ("whiflash", models.whiflash)):
+        if module is not None:
+            report[name] = target + mb(module)
+    return report
 
 
 def distinct_ngram_share(sequences: list[list[int]], n: int = 4) -> float:
@@ -190,8 +233,39 @@ def summarize(results: list[MethodResult], records: list[dict], tokenizer) -> di
             per_group[group] = entry
         report[result.name] = {"by_category": per_group, "time_split_seconds": result.time_split,
                                "distinct_4gram_share": distinct_ngram_share(result.sequences),
-                               **result.counters}
+                               "switch_cost_share": result.switch_cost_share, **result.counters}
     return report
+
+
+def oracles(results: list[MethodResult], records: list[dict]) -> dict | None:
+    """WhiFlash's hindsight baselines from the single-drafter runs: the better of EAGLE-3 and DFlash per category
+    and per prompt (decode tok/s and tau of the pick). The per-step oracle needs both drafters at every step: its
+    AL comes from ``specgen train router`` (``oracle_token_al`` in the router's log)."""
+    eagle = next((r for r in results if r.name.startswith("eagle3")), None)
+    dflash = [r for r in results if r.name.startswith("dflash")]
+    if eagle is None or not dflash:
+        return None
+    dflash = dflash[-1]
+    baseline = results[0]
+    categories = sorted({r["category"] for r in records})
+    rows = lambda c: [i for i, r in enumerate(records) if r["category"] == c]  # noqa: E731
+
+    def pooled(picks: list[tuple[MethodResult, int]]) -> dict:
+        tokens = sum(m.decode_tokens[i] for m, i in picks)
+        seconds = sum(m.decode_seconds[i] for m, i in picks)
+        base = sum(baseline.decode_seconds[i] for _, i in picks) / max(sum(baseline.decode_tokens[i] for _, i in picks), 1)
+        committed = sum(sum(m.acceptance[i]) for m, i in picks)
+        n_rounds = sum(len(m.acceptance[i]) for m, i in picks)
+        return {"decode_tokens_per_second": tokens / seconds, "speedup": (tokens / seconds) * base,
+                "pooled_tau": committed / max(n_rounds, 1)}
+
+    per_category, per_prompt = [], []
+    for c in categories:
+        best = max((eagle, dflash), key=lambda m: _subset(m, rows(c)).tokens_per_second)
+        per_category += [(best, i) for i in rows(c)]
+        per_prompt += [(min((eagle, dflash), key=lambda m: m.decode_seconds[i] / max(m.decode_tokens[i], 1)), i)
+                       for i in rows(c)]
+    return {"oracle per category": pooled(per_category), "oracle per prompt": pooled(per_prompt)}
 
 
 def format_table(report: dict) -> str:
@@ -236,6 +310,17 @@ def run_bench(args, *, show_texts: bool) -> dict:
             results.append(run_method(models.target, prompts, kwargs, args.repeats, name, bar))
     report = summarize(results, records, models.tokenizer)
     print(format_table(report))
+    hindsight = oracles(results, records)
+    if hindsight:
+        print("\nhindsight oracles (best single drafter, all prompts):")
+        print(markdown_table([[name, f"{o['decode_tokens_per_second']:.1f}", f"{o['speedup']:.2f}x",
+                               f"{o['pooled_tau']:.2f}"] for name, o in hindsight.items()],
+                             ["oracle", "decode tok/s", "speedup", "tau pooled"]))
+    switching = [[name, f"{100 * m['switch_cost_share']:.1f}%", str(m.get("switches", 0))]
+                 for name, m in report.items() if m.get("switch_cost_share") is not None]
+    if switching:
+        print("\nWhiFlash switching cost (extra drafting time of a switch round / mean round latency):")
+        print(markdown_table(switching, ["method", "switch cost", "switches"]))
     split_rows = []
     for name, method in report.items():
         split = method["time_split_seconds"]
@@ -253,7 +338,8 @@ def run_bench(args, *, show_texts: bool) -> dict:
         print(markdown_table(lossy, ["method", "draft tokens refused by the target", "rescued by FLy",
                                      "draft forwards"]))
     full = {"settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "handler"},
-            "models": models.names, "synthetic": models.synthetic, "methods": report}
+            "models": models.names, "synthetic": models.synthetic, "methods": report, "oracles": hindsight,
+            "memory_mb": memory_report(models)}
     if models.dflash is not None and not show_texts:
         full["tap_cost"] = tap_cost(models.target, models.dflash.target_layer_ids, max(args.block_sizes))
     if show_texts:

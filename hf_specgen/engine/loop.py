@@ -229,6 +229,8 @@ class SpeculativeDecoder:
                     finished = commit(new_tokens, scores, logits)
                     stats.draft_time += r1 - r0
                     stats.verify_time += r2 - r1
+                    stats.round_draft_seconds.append(r1 - r0)
+                    stats.round_seconds.append(clock.now() - r0)
                 stats.decode_time = clock.now() - t1
         finally:
             self.tap = None

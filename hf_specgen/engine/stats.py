@@ -28,6 +28,8 @@ class SpeculativeStats:
     draft_forwards: int = 0
     drafter_per_round: list[str] = field(default_factory=list)  # WhiFlash: which drafter proposed each round
     backlog_sizes: list[int] = field(default_factory=list)  # WhiFlash: rows prefilled at each lazy catch-up
+    round_draft_seconds: list[float] = field(default_factory=list)  # per round: drafting (catch-up included)
+    round_seconds: list[float] = field(default_factory=list)  # per round: draft + verify + bookkeeping
     new_tokens: int = 0
     prefill_time: float = 0.0
     draft_time: float = 0.0

@@ -29,6 +29,8 @@ def load_drafter(path_or_repo: str, **from_pretrained_kwargs):
     if config_dict.get("model_type") == "whiflash":
         from .models.whiflash import WhiFlash
 
+        if config_dict.get("drafter_paths"):
+            return _load_linked_whiflash(path_or_repo, config_dict, from_pretrained_kwargs)
         return WhiFlash.from_pretrained(path_or_repo, **from_pretrained_kwargs)
     if _is_eagle3_config(config_dict):
         return load_eagle3(path_or_repo, config_dict, **from_pretrained_kwargs)
@@ -37,6 +39,34 @@ def load_drafter(path_or_repo: str, **from_pretrained_kwargs):
         "Supported: DFlash drafters (config with `dflash_config` / architectures ['DFlashDraftModel']) and EAGLE-3 "
         "drafters (one-layer Llama-style config with `draft_vocab_size`, EAGLE / SpecForge / vLLM tensor names)."
     )
+
+
+def _load_linked_whiflash(folder: str, config_dict: dict, kwargs: dict):
+    """A bundle written by ``WhiFlash.save_linked``: load both drafters from their folders, then the router."""
+    from safetensors.torch import load_file
+
+    from .models.whiflash import WhiFlash, WhiFlashConfig, WhiFlashRouter
+
+    def resolve(path: str) -> str:
+        local = os.path.normpath(os.path.join(folder, path))
+        return local if os.path.isdir(folder) and os.path.exists(local) else path
+
+    paths = config_dict["drafter_paths"]
+    ar, parallel = load_drafter(resolve(paths["ar"]), **kwargs), load_drafter(resolve(paths["parallel"]), **kwargs)
+    settings = {k: v for k, v in config_dict.items() if k not in ("architectures", "model_type", "transformers_version")}
+    config = WhiFlashConfig(**settings)
+    router = None
+    if config.neural_router_hidden_size:
+        router = WhiFlashRouter(config.neural_router_hidden_size)
+        weights = load_file(os.path.join(folder, "model.safetensors"))
+        router.load_state_dict({k.removeprefix("neural_router."): v for k, v in weights.items()})
+        router = router.to(next(parallel.parameters()).dtype).eval()
+    bundle = WhiFlash(ar=ar, parallel=parallel, router=config.router, neural_router=router,
+                      entropy_threshold=config.entropy_threshold, neural_threshold=config.neural_threshold,
+                      lazy=config.lazy)
+    bundle.config.entropy_thresholds = dict(config.entropy_thresholds)
+    bundle.config.drafter_paths = dict(paths)
+    return bundle.eval()
 
 
 def _is_eagle3_config(config_dict: dict) -> bool:
@@ -120,9 +150,9 @@ def load_eagle3(path_or_repo: str, config_dict: dict | None = None, target_layer
     missing = [m for m in missing if not m.startswith("rotary_emb")]
     if missing or unexpected:
         raise ValueError(f"{path_or_repo} does not match the EAGLE-3 layout: missing {missing}, unexpected {unexpected}")
-    if dtype is not None:
-        model = model.to(dtype)
-    return model.eval()
+    if dtype is None or dtype == "auto":  # like from_pretrained's default: keep the checkpoint's dtype
+        dtype = next((t.dtype for t in state.values() if t.is_floating_point()), torch.float32)
+    return model.to(dtype).eval()
 
 
 def is_dflash_drafter(model) -> bool:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Rebuild the tiny world from nothing, offline, on a CPU (about 2 hours on 2 cores):
-#   corpus -> tokenizer -> target pretraining -> target-regenerated data -> DFlash drafter + draft LM -> bench -> export.
+# Rebuild the tiny world from nothing, offline, on a CPU (about 2.5 hours on 2 cores):
+#   corpus -> tokenizer -> target pretraining -> target-regenerated data -> DFlash, draft LM, EAGLE-3 -> router
+#   -> export -> calibrate -> bench -> export again with the measured figures in the model cards.
 # Every figure in hub_models/*/README.md comes from the files this script writes under $RUN.
 # Usage: scripts/build_tiny_world.sh [RUN folder, default runs/tinyworld]   (needs `pip install -e ".[bench]"`)
 set -euo pipefail
@@ -24,14 +25,23 @@ step eval_math $SPECGEN data regenerate --target "$RUN/target/model" --data "$RU
   --out "$RUN/eval_math_greedy.jsonl" --samples-per-prompt 0 --batch-size 64
 step regenerate $SPECGEN data regenerate --target "$RUN/target/model" --data "$RUN/corpus/train.jsonl" \
   --out "$RUN/regen.jsonl" --limit 3000 --samples-per-prompt 1 --batch-size 64 --max-new-tokens 256
-# The two drafters train side by side, one CPU thread each.
+# The drafters train side by side, one CPU thread per lane: DFlash in one lane, the draft LM then EAGLE-3 in the other.
 step dflash $SPECGEN train dflash --target "$RUN/target/model" --data "$RUN/regen.jsonl" --out "$RUN/dflash" \
   --block-size 16 --layers 2 --num-taps 3 --max-anchors 64 --batch-size 4 --seq-len 512 \
   --time-budget-minutes 40 --threads 1 &
-step draft $SPECGEN train lm --tokenizer "$RUN/target/model" --chat-data "$RUN/regen.jsonl" --out "$RUN/draft" \
-  --layers 2 --init-embeddings-from "$RUN/target/model" --batch-size 16 --seq-len 512 --lr 1e-3 \
-  --time-budget-minutes 25 --threads 1 &
+( step draft $SPECGEN train lm --tokenizer "$RUN/target/model" --chat-data "$RUN/regen.jsonl" --out "$RUN/draft" \
+    --layers 2 --init-embeddings-from "$RUN/target/model" --batch-size 16 --seq-len 512 --lr 1e-3 \
+    --time-budget-minutes 18 --threads 1 &&
+  step eagle3 $SPECGEN train eagle3 --target "$RUN/target/model" --data "$RUN/regen.jsonl" --out "$RUN/eagle3" \
+    --ttt-steps 4 --batch-size 4 --seq-len 512 --lr 6e-4 --time-budget-minutes 20 --threads 1 ) &
 wait
+step router $SPECGEN train router --target "$RUN/target/model" --eagle3 "$RUN/eagle3/model" \
+  --dflash "$RUN/dflash/model" --data "$RUN/regen.jsonl" --out "$RUN/whiflash" --max-sequences 300 \
+  --eagle-depth 6 --eagle-top-k 1 --time-budget-minutes 3
+step calibrate $SPECGEN calibrate --target "$RUN/target/model" --bundle "$RUN/whiflash" \
+  --num-prompts 4 --max-new-tokens 96 --thresholds 0.5 1.0 2.0 3.0 4.0
 step export_pre $SPECGEN world export --runs "$RUN" --out hub_models
 step bench $SPECGEN bench --num-prompts 10 --repeats 3 --out bench_results/tinyworld
+step fly_sweep $SPECGEN bench --fly-sweep --categories math --num-prompts 40 --repeats 1 --max-new-tokens 128 \
+  --out bench_results/fly_sweep
 step export $SPECGEN world export --runs "$RUN" --out hub_models --bench bench_results/tinyworld/results.json

@@ -186,6 +186,9 @@ def trained_runs(mini_world):
     main(["train", "eagle3", "--target", str(mini_world / "target"), "--data", str(regen), "--out",
           str(runs / "eagle3"), "--draft-vocab-size", "200", "--ttt-steps", "3", "--batch-size", "4", "--max-steps", "3",
           "--mixed-precision", "no"])
+    main(["train", "router", "--target", str(mini_world / "target"), "--eagle3", str(runs / "eagle3" / "model"),
+          "--dflash", str(runs / "dflash" / "model"), "--data", str(regen), "--out", str(runs / "whiflash"),
+          "--eagle-depth", "3", "--max-steps", "5", "--batch-size", "8"])
     return runs
 
 
@@ -234,14 +237,16 @@ def test_trained_dflash_exports_in_zlab_format_and_decodes_losslessly(mini_world
 
 
 def test_world_export_writes_hub_folders_with_cards(trained_runs, tmp_path):
-    from hf_specgen.training.export import DRAFT_LM, DRAFTER, TARGET, export_world
+    from hf_specgen.training.export import DRAFT_LM, DRAFTER, EAGLE3, TARGET, WHIFLASH, export_world
 
     (trained_runs / "commands.txt").write_text("target\tspecgen train lm --the-exact-flags\n")
     export_world(trained_runs, tmp_path / "hub")
-    for name in (TARGET, DRAFTER, DRAFT_LM):
+    for name in (TARGET, DRAFTER, DRAFT_LM, EAGLE3, WHIFLASH):
         card = (tmp_path / "hub" / name / "README.md").read_text()
         assert card.startswith("---\nlibrary_name: transformers")
         assert (tmp_path / "hub" / name / "model.safetensors").exists()
+    linked = hf_specgen.load_drafter(str(tmp_path / "hub" / WHIFLASH))  # points at the exported drafter folders
+    assert linked.router == "neural" and linked.ar.dtype == torch.bfloat16
     target_card = (tmp_path / "hub" / TARGET / "README.md").read_text()
     assert "specgen train lm --the-exact-flags" in target_card
     steps = json.loads((trained_runs / "target" / "log.json").read_text())["steps"]
@@ -275,17 +280,12 @@ def test_trained_eagle3_loads_and_decodes_losslessly(mini_world, trained_runs):
     assert torch.equal(out, target.generate(ids, max_new_tokens=16, do_sample=False))
 
 
-def test_router_training_writes_a_whiflash_bundle(mini_world, trained_runs, tmp_path):
+def test_router_training_writes_a_whiflash_bundle(mini_world, trained_runs):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from hf_specgen.cli import main
-
-    main(["train", "router", "--target", str(mini_world / "target"), "--eagle3", str(trained_runs / "eagle3" / "model"),
-          "--dflash", str(trained_runs / "dflash" / "model"), "--data", str(trained_runs / "regen.jsonl"),
-          "--out", str(tmp_path / "bundle"), "--eagle-depth", "3", "--max-steps", "5", "--batch-size", "8"])
-    log = json.loads((tmp_path / "bundle" / "router_run" / "log.json").read_text())
+    log = json.loads((trained_runs / "whiflash" / "router_run" / "log.json").read_text())
     assert log["positions"] > 0 and log["oracle_token_al"] >= max(log["mean_al_eagle"], log["mean_al_dflash"])
-    bundle = hf_specgen.load_drafter(str(tmp_path / "bundle"))
+    bundle = hf_specgen.load_drafter(str(trained_runs / "whiflash"))
     assert isinstance(bundle, hf_specgen.WhiFlash) and bundle.router == "neural"
     target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained(mini_world / "target"))
     tok = AutoTokenizer.from_pretrained(mini_world / "target")

@@ -164,3 +164,19 @@ def test_calibration_picks_the_fastest_threshold():
     result = calibrate_entropy(target, bundle, prompts, [0.0, 100.0], max_new_tokens=6)
     assert set(result["a"]["tokens_per_second"]) == {0.0, 100.0}
     assert result["a"]["best"] in (0.0, 100.0) and bundle.router == "entropy"
+
+
+def test_linked_bundle_points_at_the_drafter_folders(tmp_path):
+    target = make_target("qwen3")
+    eagle, dflash = make_eagle3(target), make_dflash(target, block_size=8)
+    eagle.save_pretrained(tmp_path / "eagle")
+    dflash.save_pretrained(tmp_path / "dflash")
+    router = hf_specgen.WhiFlashRouter(target.config.hidden_size).eval()
+    bundle = hf_specgen.WhiFlash(ar=eagle, parallel=dflash, router="neural", neural_router=router)
+    bundle.config.entropy_thresholds = {"math": 1.25}
+    bundle.save_linked(tmp_path / "bundle", "../eagle", "../dflash")
+    assert (tmp_path / "bundle" / "model.safetensors").stat().st_size < 50_000  # the router only
+    loaded = hf_specgen.load_drafter(str(tmp_path / "bundle"))
+    assert loaded.router == "neural" and loaded.config.entropy_thresholds == {"math": 1.25}
+    for key, value in bundle.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], value), key

@@ -79,12 +79,18 @@ class MethodResult:
         return statistics.mean(per_prompt) if per_prompt else None
 
 
-def run_method(target, prompts, gen_kwargs: dict, repeats: int, name: str, progress=None) -> MethodResult:
-    """Decode every prompt with ``target.generate(**gen_kwargs)``; speculative kwargs make it speculative."""
+def run_method(target, prompts, gen_kwargs: dict, repeats: int, name: str, progress=None,
+               before_prompt=None) -> MethodResult:
+    """Decode every prompt with ``target.generate(**gen_kwargs)``; speculative kwargs make it speculative.
+    ``before_prompt(i)`` runs before prompt i (e.g. a WhiFlash bundle picking its category's threshold)."""
     result = MethodResult(name)
     split = {"draft": 0.0, "verify": 0.0, "other": 0.0}
+    if before_prompt is not None:
+        before_prompt(0)
     target.generate(prompts[0], **gen_kwargs)  # warm-up (allocations, lazy inits, compile)
-    for prompt in prompts:
+    for index, prompt in enumerate(prompts):
+        if before_prompt is not None:
+            before_prompt(index)
         times, out = [], None
         for _ in range(repeats):
             clock = DecodeClock()

@@ -186,6 +186,20 @@ def memory_report(models: BenchModels) -> dict:
     return report
 
 
+def _category_thresholds(assistant, records: list[dict]):
+    """For a WhiFlash bundle calibrated per category (``specgen calibrate``): use each prompt's category threshold."""
+    thresholds = getattr(getattr(assistant, "config", None), "entropy_thresholds", None)
+    if not thresholds:
+        return None
+
+    def apply(index: int) -> None:
+        category = records[index]["category"]
+        if category in thresholds:
+            assistant.entropy_threshold = thresholds[category]
+
+    return apply
+
+
 def distinct_ngram_share(sequences: list[list[int]], n: int = 4) -> float:
     """Distinct n-grams / all n-grams over the outputs: low values mean loops, where prompt lookup shines."""
     grams = [tuple(seq[i: i + n]) for seq in sequences for i in range(len(seq) - n + 1)]
@@ -307,7 +321,8 @@ def run_bench(args, *, show_texts: bool) -> dict:
     with tqdm(total=len(methods) * len(prompts), desc="decoding", unit="prompt") as bar:
         for name, kwargs in methods:
             bar.set_postfix(method=name)
-            results.append(run_method(models.target, prompts, kwargs, args.repeats, name, bar))
+            results.append(run_method(models.target, prompts, kwargs, args.repeats, name, bar,
+                                      before_prompt=_category_thresholds(kwargs.get("assistant_model"), records)))
     report = summarize(results, records, models.tokenizer)
     print(format_table(report))
     hindsight = oracles(results, records)

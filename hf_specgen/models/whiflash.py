@@ -41,7 +41,8 @@ class WhiFlashConfig(PretrainedConfig):
 
     def __init__(self, ar_config: dict | None = None, parallel_config: dict | None = None, router: str = "entropy",
                  entropy_threshold: float = 2.0, entropy_thresholds: dict | None = None, neural_threshold: float = 1.0,
-                 neural_router_hidden_size: int | None = None, lazy: bool = True, **kwargs):
+                 neural_router_hidden_size: int | None = None, lazy: bool = True, drafter_paths: dict | None = None,
+                 **kwargs):
         self.ar_config = ar_config or {}
         self.parallel_config = parallel_config or {}
         self.router = router
@@ -50,6 +51,8 @@ class WhiFlashConfig(PretrainedConfig):
         self.neural_threshold = neural_threshold
         self.neural_router_hidden_size = neural_router_hidden_size
         self.lazy = lazy
+        # A "linked" bundle (save_linked) stores only the router and points at the drafters' own folders.
+        self.drafter_paths = drafter_paths or {}
         super().__init__(**kwargs)
 
 
@@ -101,6 +104,26 @@ class WhiFlash(PreTrainedModel):
 
     def _init_weights(self, module):
         pass  # the drafters initialize themselves; loading overwrites everything
+
+    def save_linked(self, folder, ar_path: str, parallel_path: str) -> None:
+        """Save routing settings and the router only, pointing at the drafters' folders (paths relative to
+        ``folder``, or Hub ids). Load it with ``hf_specgen.load_drafter(folder)``; ``save_pretrained`` instead
+        writes a self-contained bundle that ``AutoModel.from_pretrained(..., trust_remote_code=True)`` reads."""
+        import json
+        import os
+
+        from safetensors.torch import save_file
+
+        os.makedirs(folder, exist_ok=True)
+        config = self.config.to_dict()
+        config.update(drafter_paths={"ar": ar_path, "parallel": parallel_path}, ar_config={}, parallel_config={})
+        config.pop("auto_map", None)
+        config["architectures"] = ["WhiFlash"]
+        with open(os.path.join(folder, "config.json"), "w") as handle:
+            json.dump(config, handle, indent=2, sort_keys=True)
+        if self.neural_router is not None:
+            save_file({f"neural_router.{k}": v.contiguous() for k, v in self.neural_router.state_dict().items()},
+                      os.path.join(folder, "model.safetensors"))
 
     def set_category(self, category: str) -> None:
         """Use the entropy threshold calibrated for this prompt category (``specgen calibrate``)."""

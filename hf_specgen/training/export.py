@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 TARGET, DRAFTER, DRAFT_LM = "specgen-tiny", "specgen-tiny-dflash-b16", "specgen-tiny-draft"
+EAGLE3, WHIFLASH = "specgen-tiny-eagle3", "specgen-tiny-whiflash"
 
 
 def _read(path: Path) -> dict:
@@ -160,6 +161,62 @@ assisted generation, and for FLy.
 """
 
 
+def eagle3_card(runs: Path, bench: dict) -> str:
+    log = _read(runs / "eagle3" / "log.json")
+    cmds = _commands(runs)
+    return _front_matter(library_name="transformers", license="apache-2.0", base_model=f"hf-specgen/{TARGET}",
+                         tags=["hf_specgen", "eagle3", "speculative-decoding", "tiny-world"]) + f"""
+# specgen-tiny-eagle3
+
+An EAGLE-3 drafter ({log.get('drafter_parameters', 0) / 1e6:.2f}M parameters: one decoder layer reading the
+target's hidden states at three depths, its own lm_head over a {log.get('draft_vocab_size')}-token draft vocabulary)
+for [specgen-tiny](../{TARGET}). EAGLE layout (`midlayer.*`, `d2t`, `t2d`), loaded with `hf_specgen.load_drafter`.
+Used alone (`speculative_mode="eagle3"`, tree or chain) and inside [WhiFlash](../{WHIFLASH}).
+
+## Training
+Training-time test with {log.get('ttt_steps')} unrolled steps on the target's own responses to
+{log.get('sequences')} prompts (`specgen data regenerate`), frozen target embedding; {log.get('steps')} steps,
+{log.get('train_minutes', 0):.0f} minutes on a CPU; {_fmt_settings(log)}.
+
+```
+{cmds.get('eagle3', '')}
+```
+
+## Decoding results
+{bench_table(bench, ('eagle3',))}
+"""
+
+
+def whiflash_card(runs: Path, bench: dict) -> str:
+    log = _read(runs / "whiflash" / "router_run" / "log.json")
+    cmds = _commands(runs)
+    config = _read(runs / "whiflash" / "config.json")
+    return _front_matter(library_name="transformers", license="apache-2.0", base_model=f"hf-specgen/{TARGET}",
+                         tags=["hf_specgen", "whiflash", "speculative-decoding", "tiny-world"]) + f"""
+# specgen-tiny-whiflash
+
+WhiFlash routing for [specgen-tiny](../{TARGET}): every round a router picks [EAGLE-3](../{EAGLE3}) or
+[DFlash](../{DRAFTER}). This folder holds the router (an MLP on the target's final-layer state predicting
+AL_eagle - AL_dflash, threshold {config.get('neural_threshold')}), the entropy thresholds per prompt category
+calibrated by `specgen calibrate` ({config.get('entropy_thresholds')}), and points at the two drafter folders
+(`drafter_paths`). Load with `hf_specgen.load_drafter("hub_models/{WHIFLASH}")`. Lossless whatever the router does.
+
+## Router training
+Both drafters drafted from each of {log.get('positions')} positions of the target's greedy text
+({log.get('sequences')} sequences): mean AL EAGLE-3 chain (depth {log.get('eagle_depth')})
+{log.get('mean_al_eagle', 0):.2f}, DFlash {log.get('mean_al_dflash', 0):.2f}, per-step oracle
+{log.get('oracle_token_al', 0):.2f}. MSE, {log.get('steps')} steps; {_fmt_settings(log)}.
+
+```
+{cmds.get('router', '')}
+{cmds.get('calibrate', '')}
+```
+
+## Decoding results
+{bench_table(bench, ('whiflash', 'eagle3', 'dflash'))}
+"""
+
+
 def bench_table(bench: dict, prefixes: tuple[str, ...]) -> str:
     """Rows of the repository benchmark for the given methods (plus autoregressive), with its command."""
     if not bench:
@@ -195,4 +252,16 @@ def export_world(runs: str | Path, out: str | Path, bench_json: str | Path | Non
     drafter = DFlashDraftModel.from_pretrained(runs / "dflash" / "model", dtype=torch.bfloat16)
     drafter.save_pretrained(out / DRAFTER)
     (out / DRAFTER / "README.md").write_text(drafter_card(runs, bench))
-    print(f"exported {TARGET}, {DRAFTER}, {DRAFT_LM} to {out}")
+    exported = [TARGET, DRAFTER, DRAFT_LM]
+    if (runs / "eagle3" / "model").exists():
+        from ..loading import load_drafter
+
+        load_drafter(str(runs / "eagle3" / "model"), dtype=torch.bfloat16).save_pretrained(out / EAGLE3)
+        (out / EAGLE3 / "README.md").write_text(eagle3_card(runs, bench))
+        exported.append(EAGLE3)
+        if (runs / "whiflash" / "config.json").exists():
+            bundle = load_drafter(str(runs / "whiflash"), dtype=torch.bfloat16)
+            bundle.save_linked(out / WHIFLASH, f"../{EAGLE3}", f"../{DRAFTER}")
+            (out / WHIFLASH / "README.md").write_text(whiflash_card(runs, bench))
+            exported.append(WHIFLASH)
+    print(f"exported {', '.join(exported)} to {out}")

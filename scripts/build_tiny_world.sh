@@ -22,9 +22,9 @@ step tokenizer $SPECGEN data tokenizer --corpus "$RUN/corpus" --out "$RUN/tokeni
 step target $SPECGEN train lm --tokenizer "$RUN/tokenizer" --pretrain-data "$RUN/corpus/pretrain.jsonl" \
   --eval-corpus "$RUN/corpus" --out "$RUN/target" --time-budget-minutes 62 --layers 8 --hidden-size 256
 step eval_math $SPECGEN data regenerate --target "$RUN/target/model" --data "$RUN/corpus/eval_math.jsonl" \
-  --out "$RUN/eval_math_greedy.jsonl" --samples-per-prompt 0 --batch-size 64
+  --out "$RUN/eval_math_greedy.jsonl" --samples-per-prompt 0 --batch-size 64 --dtype bfloat16
 step regenerate $SPECGEN data regenerate --target "$RUN/target/model" --data "$RUN/corpus/train.jsonl" \
-  --out "$RUN/regen.jsonl" --limit 3000 --samples-per-prompt 1 --batch-size 64 --max-new-tokens 256
+  --out "$RUN/regen.jsonl" --limit 9000 --samples-per-prompt 1 --batch-size 64 --max-new-tokens 256 --dtype bfloat16
 # The drafters train side by side, one CPU thread per lane: DFlash in one lane, the draft LM then EAGLE-3 in the other.
 step dflash $SPECGEN train dflash --target "$RUN/target/model" --data "$RUN/regen.jsonl" --out "$RUN/dflash" \
   --block-size 16 --layers 2 --num-taps 3 --max-anchors 64 --batch-size 4 --seq-len 512 \

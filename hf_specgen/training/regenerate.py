@@ -85,7 +85,8 @@ def regenerate(args) -> None:
                 record = jobs[i][0]
                 handle.write(json.dumps({
                     "id": record.get("id"), "domain": record.get("domain"), "prompt": record["prompt"],
-                    "response": tokenizer.decode(tokens), "finished": finished, "sampled": sampled,
+                    "response": tokenizer.decode(tokens), "response_ids": tokens, "finished": finished,
+                    "sampled": sampled,
                 }, ensure_ascii=False) + "\n")
                 counts["sampled" if sampled else "greedy"] += 1
                 counts["finished"] += finished

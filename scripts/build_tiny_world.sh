@@ -24,16 +24,16 @@ step target $SPECGEN train lm --tokenizer "$RUN/tokenizer" --pretrain-data "$RUN
 step eval_math $SPECGEN data regenerate --target "$RUN/target/model" --data "$RUN/corpus/eval_math.jsonl" \
   --out "$RUN/eval_math_greedy.jsonl" --samples-per-prompt 0 --batch-size 64 --dtype bfloat16
 step regenerate $SPECGEN data regenerate --target "$RUN/target/model" --data "$RUN/corpus/train.jsonl" \
-  --out "$RUN/regen.jsonl" --limit 9000 --samples-per-prompt 1 --batch-size 64 --max-new-tokens 256 --dtype bfloat16
+  --out "$RUN/regen.jsonl" --limit 4000 --samples-per-prompt 1 --batch-size 64 --max-new-tokens 192 --dtype bfloat16
 # The drafters train side by side, one CPU thread per lane: DFlash in one lane, the draft LM then EAGLE-3 in the other.
 step dflash $SPECGEN train dflash --target "$RUN/target/model" --data "$RUN/regen.jsonl" --out "$RUN/dflash" \
-  --block-size 16 --layers 2 --num-taps 3 --max-anchors 64 --batch-size 4 --seq-len 512 \
-  --time-budget-minutes 40 --threads 1 &
+  --block-size 16 --layers 2 --num-taps 3 --max-anchors 128 --batch-size 8 --seq-len 512 \
+  --time-budget-minutes 35 --threads 1 &
 ( step draft $SPECGEN train lm --tokenizer "$RUN/target/model" --chat-data "$RUN/regen.jsonl" --out "$RUN/draft" \
     --layers 2 --init-embeddings-from "$RUN/target/model" --batch-size 16 --seq-len 512 --lr 1e-3 \
-    --time-budget-minutes 18 --threads 1 &&
+    --time-budget-minutes 15 --threads 1 &&
   step eagle3 $SPECGEN train eagle3 --target "$RUN/target/model" --data "$RUN/regen.jsonl" --out "$RUN/eagle3" \
-    --ttt-steps 4 --batch-size 4 --seq-len 512 --lr 6e-4 --time-budget-minutes 20 --threads 1 ) &
+    --ttt-steps 4 --batch-size 4 --seq-len 512 --lr 6e-4 --time-budget-minutes 18 --threads 1 ) &
 wait
 step router $SPECGEN train router --target "$RUN/target/model" --eagle3 "$RUN/eagle3/model" \
   --dflash "$RUN/dflash/model" --data "$RUN/regen.jsonl" --out "$RUN/whiflash" --max-sequences 300 \
@@ -41,7 +41,7 @@ step router $SPECGEN train router --target "$RUN/target/model" --eagle3 "$RUN/ea
 step calibrate $SPECGEN calibrate --target "$RUN/target/model" --bundle "$RUN/whiflash" \
   --num-prompts 4 --max-new-tokens 96 --thresholds 0.5 1.0 2.0 3.0 4.0
 step export_pre $SPECGEN world export --runs "$RUN" --out hub_models
-step bench $SPECGEN bench --num-prompts 10 --repeats 3 --out bench_results/tinyworld
+step bench $SPECGEN bench --num-prompts 8 --repeats 2 --max-new-tokens 160 --out bench_results/tinyworld
 step fly_sweep $SPECGEN bench --fly-sweep --categories math --num-prompts 40 --repeats 1 --max-new-tokens 128 \
   --out bench_results/fly_sweep
 step export $SPECGEN world export --runs "$RUN" --out hub_models --bench bench_results/tinyworld/results.json

@@ -69,3 +69,19 @@ def test_offline_quickstart_runs():
                             text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "identical to stock greedy generate: True" in result.stdout
+
+
+def test_shipped_tiny_world_decodes_losslessly_and_its_drafters_accept(tmp_path, capsys):
+    """The committed hub_models/: the README's main job, and every shipped drafter accepting on held-out prompts."""
+    assert main(["compare", "--dtype", "fp32", "--max-new-tokens", "40"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("[identical to autoregressive]") == 3 and "differs" not in out  # fp32: exact
+    assert main(["bench", "--dtype", "fp32", "--num-prompts", "1", "--repeats", "1", "--max-new-tokens", "40",
+                 "--methods", "autoregressive", "dflash", "classic", "eagle3", "whiflash", "--block-sizes", "16",
+                 "--num-draft-tokens", "4", "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "results.json").read_text())
+    for name, method in report["methods"].items():
+        overall = method["by_category"]["all"]
+        assert overall["identical_to_autoregressive"] == 3, name
+        if name != "autoregressive":
+            assert overall["pooled_tau"] > 1.5, (name, overall["pooled_tau"])  # trained drafters really accept

@@ -97,10 +97,10 @@ class SpeculativeConfig:
             raise ValueError(f"fly_sampling_rule must be one of {FLY_SAMPLING_RULES}, got {self.fly_sampling_rule!r}.")
         if self.fly_ngram not in (None, True, False):
             raise ValueError(f"fly_ngram must be True, False or None, got {self.fly_ngram!r}.")
-        if self.mode != "fly":
-            changed = [f.name for f in fields(self) if f.name.startswith("fly_") and getattr(self, f.name) != f.default]
-            if changed:
-                raise ValueError(f"{changed} only apply to speculative_mode='fly' (lossy): drop them or set the mode.")
+        for prefix, modes in (("fly_", ("fly",)), ("eagle_", ("eagle3", "whiflash"))):
+            changed = [f.name for f in fields(self) if f.name.startswith(prefix) and getattr(self, f.name) != f.default]
+            if changed and self.mode not in modes:
+                raise ValueError(f"{changed} only apply to speculative_mode in {modes}: drop them or set the mode.")
 
     def draft_tokens(self) -> int:
         return self.num_draft_tokens or DEFAULT_NUM_DRAFT_TOKENS.get(self.mode, 7)

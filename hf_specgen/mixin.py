@@ -57,45 +57,42 @@ def _speculative_config(kwargs: dict, generation_config) -> SpeculativeConfig | 
     return SpeculativeConfig(**{**base, **{k: v for k, v in flat.items() if v is not None}})
 
 
+def _eagle3_proposer(drafter, target, spec: SpeculativeConfig, compile_steps: bool):
+    """A dynamic tree (eagle_top_k > 1, not under FLy, whose rule is written for chains) or a chain."""
+    if spec.mode != "fly" and spec.eagle_top_k > 1:
+        if spec.num_draft_tokens is not None:
+            raise ValueError("num_draft_tokens sets an EAGLE-3 chain (eagle_top_k=1); a tree is sized by eagle_depth "
+                             "and eagle_total_tokens.")
+        return Eagle3TreeProposer(drafter, target, spec.eagle_top_k, spec.eagle_depth, spec.eagle_total_tokens,
+                                  compile_steps)
+    return Eagle3ChainProposer(drafter, target, spec.draft_tokens(), compile_steps)
+
+
 def _build_proposer(target, assistant_model, spec: SpeculativeConfig, compile_steps: bool):
-    """The drafter side of the round: a DFlash block drafter or a draft LM, whichever ``assistant_model`` is."""
+    """The drafter side of the round, chosen by the mode and by what ``assistant_model`` is."""
+    if spec.mode == "whiflash":  # assistant_model is a WhiFlash bundle (checked by _build_decoder)
+        if not isinstance(assistant_model.ar, Eagle3DraftModel) or not is_dflash_drafter(assistant_model.parallel):
+            raise ValueError("WhiFlash(ar=..., parallel=...) takes an EAGLE-3 drafter as ar and a DFlash drafter as "
+                             "parallel.")
+        ar = _eagle3_proposer(assistant_model.ar, target, spec, compile_steps)
+        parallel = DFlashProposer(as_dflash_drafter(assistant_model.parallel), target, spec.block_size, compile_steps)
+        return WhiFlashProposer(ar, parallel, target, assistant_model.router, assistant_model.entropy_threshold,
+                                assistant_model.neural_router, assistant_model.neural_threshold, assistant_model.lazy)
     if spec.mode == "dflash" or (spec.mode == "fly" and is_dflash_drafter(assistant_model)):
         if spec.num_draft_tokens is not None or spec.fly_ngram:
             raise ValueError("With a DFlash drafter the block is drafted in one forward: set block_size, not "
                              "num_draft_tokens / fly_ngram (those apply to a draft LM).")
         return DFlashProposer(as_dflash_drafter(assistant_model), target, spec.block_size, compile_steps)
-    if spec.block_size is not None and spec.mode != "whiflash":
-        raise ValueError("block_size applies to DFlash drafters; with a draft LM set num_draft_tokens (tokens drafted "
-                         "per round).")
-    if spec.mode == "whiflash":
-        if not isinstance(assistant_model, WhiFlash):
-            raise ValueError(f"speculative_mode='whiflash' needs a hf_specgen.WhiFlash(ar=eagle3_drafter, "
-                             f"parallel=dflash_drafter, router=...) as assistant_model, got {type(assistant_model).__name__}.")
-        bundle = assistant_model
-        if not isinstance(bundle.ar, Eagle3DraftModel) or not is_dflash_drafter(bundle.parallel):
-            raise ValueError("WhiFlash(ar=..., parallel=...) takes an EAGLE-3 drafter as ar and a DFlash drafter as "
-                             "parallel.")
-        if spec.eagle_top_k > 1:
-            ar = Eagle3TreeProposer(bundle.ar, target, spec.eagle_top_k, spec.eagle_depth, spec.eagle_total_tokens,
-                                    compile_steps)
-        else:
-            ar = Eagle3ChainProposer(bundle.ar, target, spec.num_draft_tokens or 7, compile_steps)
-        parallel = DFlashProposer(as_dflash_drafter(bundle.parallel), target, spec.block_size, compile_steps)
-        return WhiFlashProposer(ar, parallel, target, bundle.router, bundle.entropy_threshold, bundle.neural_router,
-                                bundle.neural_threshold, bundle.lazy)
+    if spec.block_size is not None:
+        raise ValueError("block_size applies to DFlash drafters; with a draft LM or EAGLE-3 set num_draft_tokens "
+                         "(tokens drafted per round).")
     if spec.mode == "eagle3" or (spec.mode == "fly" and isinstance(assistant_model, Eagle3DraftModel)):
         if not isinstance(assistant_model, Eagle3DraftModel):
             raise ValueError(f"speculative_mode='eagle3' needs an EAGLE-3 drafter as assistant_model, got "
                              f"{type(assistant_model).__name__}: load one with hf_specgen.load_drafter(path).")
         if spec.fly_ngram:
             raise ValueError("fly_ngram applies to a draft LM, not to an EAGLE-3 drafter.")
-        if spec.mode == "eagle3" and spec.eagle_top_k > 1:
-            if spec.num_draft_tokens is not None:
-                raise ValueError("num_draft_tokens sets an EAGLE-3 chain (eagle_top_k=1); a tree is sized by "
-                                 "eagle_depth and eagle_total_tokens.")
-            return Eagle3TreeProposer(assistant_model, target, spec.eagle_top_k, spec.eagle_depth,
-                                      spec.eagle_total_tokens, compile_steps)
-        return Eagle3ChainProposer(assistant_model, target, spec.draft_tokens(), compile_steps)
+        return _eagle3_proposer(assistant_model, target, spec, compile_steps)
     use_ngram = spec.mode == "fly" and spec.fly_ngram is not False
     return DraftModelProposer(assistant_model, target, spec.draft_tokens(), compile_steps, ngram=use_ngram)
 

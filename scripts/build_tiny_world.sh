@@ -35,6 +35,10 @@ step dflash $SPECGEN train dflash --target "$RUN/target/model" --data "$RUN/rege
   step eagle3 $SPECGEN train eagle3 --target "$RUN/target/model" --data "$RUN/regen.jsonl" --out "$RUN/eagle3" \
     --ttt-steps 4 --batch-size 4 --seq-len 512 --lr 6e-4 --time-budget-minutes 18 --threads 1 ) &
 wait
+# DFlash was still improving fast: resume it for 14 more minutes on both cores (the schedule runs to 49 minutes).
+step dflash_resume $SPECGEN train dflash --target "$RUN/target/model" --data "$RUN/regen.jsonl" --out "$RUN/dflash" \
+  --block-size 16 --layers 2 --num-taps 3 --max-anchors 128 --batch-size 8 --seq-len 512 \
+  --time-budget-minutes 49 --threads 2
 step router $SPECGEN train router --target "$RUN/target/model" --eagle3 "$RUN/eagle3/model" \
   --dflash "$RUN/dflash/model" --data "$RUN/regen.jsonl" --out "$RUN/whiflash" --max-sequences 300 \
   --eagle-depth 6 --eagle-top-k 1 --time-budget-minutes 3

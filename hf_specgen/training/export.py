@@ -129,6 +129,7 @@ Offline tau on {log.get('heldout_sequences')} held-out sequences (teacher-forced
 ```
 {cmds.get('regenerate', '')}
 {cmds.get('dflash', '')}
+{cmds.get('dflash_resume', '')}
 ```
 
 ## Decoding results

@@ -76,8 +76,7 @@ def _build_proposer(target, assistant_model, spec: SpeculativeConfig, compile_st
                              "parallel.")
         ar = _eagle3_proposer(assistant_model.ar, target, spec, compile_steps)
         parallel = DFlashProposer(as_dflash_drafter(assistant_model.parallel), target, spec.block_size, compile_steps)
-        return WhiFlashProposer(ar, parallel, target, assistant_model.router, assistant_model.entropy_threshold,
-                                assistant_model.neural_router, assistant_model.neural_threshold, assistant_model.lazy)
+        return WhiFlashProposer(ar, parallel, target, assistant_model)
     if spec.mode == "dflash" or (spec.mode == "fly" and is_dflash_drafter(assistant_model)):
         if spec.num_draft_tokens is not None or spec.fly_ngram:
             raise ValueError("With a DFlash drafter the block is drafted in one forward: set block_size, not "

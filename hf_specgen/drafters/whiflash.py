@@ -34,12 +34,12 @@ def full_entropy(logits: torch.Tensor) -> float:
 class WhiFlashProposer:
     """Routes between two proposers that share the target's taps; see the module docstring.
 
-    router: "entropy" | "neural" | "ar" | "parallel" | "random" | a callable(signal dict) -> "eagle3" / "dflash".
+    ``settings`` is the WhiFlash bundle: its router ("entropy" | "neural" | "eagle3" | "dflash" | "random" | a
+    callable(signal dict) -> "eagle3" / "dflash"), thresholds and ``lazy`` are read every round, so changing them
+    on the bundle (``set_category``) applies to a decoder that is already built.
     """
 
-    def __init__(self, ar: Eagle3ChainProposer, parallel: DFlashProposer, target, router="entropy",
-                 entropy_threshold: float = 2.0, neural_router=None, neural_threshold: float = 1.0,
-                 lazy: bool = True, seed: int = 0):
+    def __init__(self, ar: Eagle3ChainProposer, parallel: DFlashProposer, target, settings, seed: int = 0):
         self.proposers = {AR: ar, PARALLEL: parallel}
         final_layer = len(decoder_layers(target)) - 1
         # One tap list for the target; each drafter reads its own columns of the concatenated features.
@@ -55,22 +55,23 @@ class WhiFlashProposer:
         self._final_columns = slice(final * hidden, (final + 1) * hidden)
         self.block_size = max(ar.block_size, parallel.block_size)
         self.cache_margin = max(getattr(ar, "cache_margin", 0), getattr(parallel, "cache_margin", 0))
-        self.router, self.lazy = router, lazy
-        self.entropy_threshold, self.neural_router, self.neural_threshold = entropy_threshold, neural_router, neural_threshold
+        self.settings = settings
         self._rng = random.Random(seed)
         self.forward_calls = 0
 
     # ------------------------------------------------------------------ routing
     def choose(self, signal: dict) -> str:
-        router = self.router
+        settings = self.settings
+        router = settings.router
         if callable(router):
             choice = router(signal)
         elif router == "entropy":
-            choice = AR if full_entropy(signal["logits"]) > self.entropy_threshold else PARALLEL
+            choice = AR if full_entropy(signal["logits"]) > settings.entropy_threshold else PARALLEL
         elif router == "neural":
+            mlp = settings.neural_router
             with torch.no_grad():
-                predicted = float(self.neural_router(signal["hidden"][None].to(self.neural_router.dtype)))
-            choice = AR if predicted > self.neural_threshold else PARALLEL
+                predicted = float(mlp(signal["hidden"][None].to(mlp.dtype)))
+            choice = AR if predicted > settings.neural_threshold else PARALLEL
         elif router in (AR, PARALLEL):
             choice = router
         elif router == "random":
@@ -122,7 +123,7 @@ class WhiFlashProposer:
                 self.valid_pending[name] = n_committed
             else:
                 self.backlog[name].append(columns[:, :n_committed])
-        if not self.lazy:  # eager updating: the inactive drafter prefills its backlog every round
+        if not self.settings.lazy:  # eager updating: the inactive drafter prefills its backlog every round
             for name, proposer in self.proposers.items():
                 if name != self.active and self.backlog[name]:
                     self._gather_backlog(name)

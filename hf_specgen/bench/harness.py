@@ -130,7 +130,7 @@ def tap_cost(target, layer_ids: list[int], width: int, repeats: int = 30) -> dic
            past_key_values=cache, use_cache=True)
     block = torch.randint(3, target.config.vocab_size - 1, (1, width), device=target.device)
     args = dict(input_ids=block, position_ids=session.positions[:, 64 : 64 + width],
-                attention_mask=session.verify_mask(64), past_key_values=cache, use_cache=True)
+                attention_mask=session.causal_mask(64, width), past_key_values=cache, use_cache=True)
 
     def timed(with_taps: bool) -> float:
         samples = []

@@ -40,7 +40,6 @@ class DecodingSession:
         self.positions = torch.arange(capacity, device=device)[None] - prompt_len + valid  # [1, capacity]
         self.positions[:, :prompt_len] = prompt_positions
         self._columns = torch.arange(capacity, device=device)  # [K]
-        self._rows = torch.arange(width, device=device)[:, None]  # [W, 1]
         self._blocked = torch.finfo(mask_dtype).min
         self.mask_dtype = mask_dtype
 
@@ -76,12 +75,9 @@ class DecodingSession:
         rows = torch.arange(self.prompt_len, device=self.device)[:, None]
         return self._additive((self._columns[None] <= rows) & self.slot_ok)
 
-    def verify_mask(self, start: int) -> torch.Tensor:
-        """Row i (slot start+i) sees every valid slot <= start+i: [1, 1, W, capacity]."""
-        return self._additive((self._columns[None] <= start + self._rows) & self.slot_ok)
-
     def causal_mask(self, first_slot: int, n_rows: int) -> torch.Tensor:
-        """Like ``verify_mask`` for any number of rows starting at ``first_slot``: [1, 1, n_rows, capacity]."""
+        """Row i (slot first_slot+i) sees every valid slot <= first_slot+i: [1, 1, n_rows, capacity]. A verify uses
+        it with the block's rows; a draft step with its own."""
         rows = torch.arange(first_slot, first_slot + n_rows, device=self.device)[:, None]
         return self._additive((self._columns[None] <= rows) & self.slot_ok)
 

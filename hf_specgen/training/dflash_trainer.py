@@ -21,16 +21,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ..models.dflash import DFlashDraftModel, dflash_config_for_target
 from .corpus import read_jsonl
 from .lm import chat_examples
-from .loop import TrainSettings, run_training
+from .loop import add_run_arguments, epoch_batch, load_frozen_target, run_training, settings_from_args, start_run
 
 DEFAULT_GAMMA = {16: 7.0, 10: 5.0, 8: 4.0}  # the paper's decay per block size
 
@@ -187,14 +185,8 @@ def offline_acceptance(drafter, target, examples, pad_id: int, limit: int = 64) 
 
 
 def train_dflash(args) -> dict:
-    torch.manual_seed(args.seed)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tokenizer = AutoTokenizer.from_pretrained(args.target)
-    target = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32).eval()
-    target.requires_grad_(False)
+    out_dir = start_run(args)
+    tokenizer, target = load_frozen_target(args.target)
     mask_token_id = args.mask_token_id if args.mask_token_id is not None else tokenizer.mask_token_id
     if mask_token_id is None:
         raise ValueError("the tokenizer has no mask token; pass --mask-token-id (an id the target never produces, "
@@ -217,10 +209,7 @@ def train_dflash(args) -> dict:
     use_flex = {"flex": True, "dense": False, "auto": torch.cuda.is_available()}[args.attention]
 
     def batch_for_step(index: int) -> AnchorBatch:
-        per_epoch = max(len(train) // args.batch_size, 1)
-        epoch, within = divmod(index, per_epoch)
-        order = torch.randperm(len(train), generator=torch.Generator().manual_seed(args.seed + epoch))
-        picks = order[within * args.batch_size: (within + 1) * args.batch_size].tolist()
+        picks = epoch_batch(index, len(train), args.batch_size, args.seed)
         generator = torch.Generator().manual_seed(args.seed * 1_000_003 + index)  # anchors differ every epoch
         return build_anchor_batch([train[i] for i in picks], args.block_size, args.max_anchors,
                                   tokenizer.pad_token_id, generator)
@@ -233,9 +222,7 @@ def train_dflash(args) -> dict:
     def evaluate(model):
         return offline_acceptance(model, target, heldout, tokenizer.pad_token_id)
 
-    settings = TrainSettings(out_dir=str(out_dir), lr=args.lr, max_steps=args.max_steps,
-                             time_budget_minutes=args.time_budget_minutes, warmup_fraction=args.warmup_fraction,
-                             mixed_precision=args.mixed_precision, seed=args.seed, resume=not args.no_resume)
+    settings = settings_from_args(args, out_dir)
     log = run_training(drafter, settings, batch_for_step, loss_fn, description=f"DFlash drafter b{args.block_size}",
                        evaluate=evaluate,
                        run_info={"target": str(args.target), "data": str(args.data), "train_sequences": len(train),
@@ -263,11 +250,4 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seq-len", type=int, default=3072)
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--heldout", type=int, default=64, help="sequences kept out for the offline tau estimate")
-    parser.add_argument("--lr", type=float, default=6e-4)
-    parser.add_argument("--warmup-fraction", type=float, default=0.04)
-    parser.add_argument("--max-steps", type=int, default=100_000)
-    parser.add_argument("--time-budget-minutes", type=float, default=None)
-    parser.add_argument("--mixed-precision", default="bf16", choices=["no", "bf16", "fp16"])
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--no-resume", action="store_true")
+    add_run_arguments(parser, lr=6e-4)

@@ -20,16 +20,15 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
+from transformers import LlamaConfig
 
 from ..models.eagle3 import Eagle3DraftModel, default_eagle3_layer_ids
 from .corpus import read_jsonl
 from .lm import IGNORE, chat_examples, pad_chat_batch
-from .loop import TrainSettings, run_training
+from .loop import add_run_arguments, epoch_batch, load_frozen_target, run_training, settings_from_args, start_run
 
 
 def draft_vocabulary(examples, vocab_size: int, draft_vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -109,14 +108,8 @@ def eagle3_loss(drafter, target, input_ids: torch.Tensor, labels: torch.Tensor, 
 
 
 def train_eagle3(args) -> dict:
-    torch.manual_seed(args.seed)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tokenizer = AutoTokenizer.from_pretrained(args.target)
-    target = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32).eval()
-    target.requires_grad_(False)
+    out_dir = start_run(args)
+    tokenizer, target = load_frozen_target(args.target)
     t = target.config
     examples = chat_examples(tokenizer, read_jsonl(args.data), args.seq_len)
     if not examples:
@@ -137,10 +130,7 @@ def train_eagle3(args) -> dict:
     drafter.t2d.copy_(t2d)
 
     def batch_for_step(index: int):
-        per_epoch = max(len(examples) // args.batch_size, 1)
-        epoch, within = divmod(index, per_epoch)
-        order = torch.randperm(len(examples), generator=torch.Generator().manual_seed(args.seed + epoch))
-        picks = order[within * args.batch_size: (within + 1) * args.batch_size].tolist()
+        picks = epoch_batch(index, len(examples), args.batch_size, args.seed)
         input_ids, labels = pad_chat_batch([examples[i] for i in picks], tokenizer.pad_token_id)
         pad = torch.full((len(picks), args.ttt_steps + 1), tokenizer.pad_token_id)  # room for the unrolled steps
         return torch.cat([input_ids, pad], dim=1), torch.cat([labels, torch.full_like(pad, IGNORE)], dim=1)
@@ -150,9 +140,7 @@ def train_eagle3(args) -> dict:
             target.to(next(model.parameters()).device)
         return eagle3_loss(model, target, *batch, steps=args.ttt_steps, step_weight=args.step_weight)
 
-    settings = TrainSettings(out_dir=str(out_dir), lr=args.lr, max_steps=args.max_steps,
-                             time_budget_minutes=args.time_budget_minutes, warmup_fraction=args.warmup_fraction,
-                             mixed_precision=args.mixed_precision, seed=args.seed, resume=not args.no_resume)
+    settings = settings_from_args(args, out_dir)
     log = run_training(drafter, settings, batch_for_step, loss_fn, description="EAGLE-3 drafter (TTT)",
                        run_info={"target": str(args.target), "data": str(args.data), "sequences": len(examples),
                                  "ttt_steps": args.ttt_steps, "draft_vocab_size": draft_vocab,
@@ -173,11 +161,4 @@ def add_arguments(parser) -> None:
     parser.add_argument("--step-weight", type=float, default=0.8, help="loss weight of step s is this^(s-1)")
     parser.add_argument("--seq-len", type=int, default=2048)
     parser.add_argument("--batch-size", type=int, default=4)
-    parser.add_argument("--lr", type=float, default=3e-4)
-    parser.add_argument("--warmup-fraction", type=float, default=0.04)
-    parser.add_argument("--max-steps", type=int, default=100_000)
-    parser.add_argument("--time-budget-minutes", type=float, default=None)
-    parser.add_argument("--mixed-precision", default="bf16", choices=["no", "bf16", "fp16"])
-    parser.add_argument("--threads", type=int, default=0)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--no-resume", action="store_true")
+    add_run_arguments(parser, lr=3e-4)

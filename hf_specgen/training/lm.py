@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
 
 from .corpus import END_TOKEN, ENDOFTEXT_TOKEN, format_chat, read_jsonl
-from .loop import TrainSettings, run_training
+from .loop import add_run_arguments, epoch_batch, run_training, settings_from_args, start_run
 
 IGNORE = -100
 
@@ -159,14 +159,9 @@ def build_model(args, tokenizer) -> Qwen3ForCausalLM:
 def train_lm(args) -> dict:
     if bool(args.pretrain_data) == bool(args.chat_data):
         raise ValueError("give exactly one of --pretrain-data (documents JSONL) or --chat-data (prompt/response JSONL)")
-    torch.manual_seed(args.seed)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = start_run(args)
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     model = build_model(args, tokenizer)
-    generator_seed = args.seed
 
     if args.pretrain_data:
         stream = _cached(out_dir / "tokens.pt", _file_key(args.pretrain_data),
@@ -175,12 +170,8 @@ def train_lm(args) -> dict:
         n_windows = (len(stream) - 1) // args.seq_len
 
         def batch_for_step(index: int):
-            # Batch `index` of the epoch-wise shuffled windows; every epoch has its own seeded order.
-            per_epoch = n_windows // args.batch_size
-            epoch, within = divmod(index, per_epoch)
-            order = torch.randperm(n_windows, generator=torch.Generator().manual_seed(generator_seed + epoch))
-            picks = order[within * args.batch_size: (within + 1) * args.batch_size]
-            rows = torch.stack([stream[i * args.seq_len: i * args.seq_len + window] for i in picks.tolist()]).long()
+            picks = epoch_batch(index, n_windows, args.batch_size, args.seed)  # shuffled windows of seq_len + 1
+            rows = torch.stack([stream[i * args.seq_len: i * args.seq_len + window] for i in picks]).long()
             return rows, rows.clone()
 
         data_info = {"data": str(args.pretrain_data), "stream_tokens": len(stream), "windows": n_windows}
@@ -191,10 +182,7 @@ def train_lm(args) -> dict:
             raise ValueError(f"{args.chat_data} has no records with a non-empty response")
 
         def batch_for_step(index: int):
-            per_epoch = len(examples) // args.batch_size
-            epoch, within = divmod(index, max(per_epoch, 1))
-            order = torch.randperm(len(examples), generator=torch.Generator().manual_seed(generator_seed + epoch))
-            picks = order[within * args.batch_size: (within + 1) * args.batch_size].tolist()
+            picks = epoch_batch(index, len(examples), args.batch_size, args.seed)
             return pad_chat_batch([examples[i] for i in picks], tokenizer.pad_token_id)
 
         data_info = {"data": str(args.chat_data), "examples": len(examples)}
@@ -203,9 +191,7 @@ def train_lm(args) -> dict:
         input_ids, labels = (t.to(model.device) for t in batch)
         return causal_lm_loss(model, input_ids, labels)
 
-    settings = TrainSettings(out_dir=str(out_dir), lr=args.lr, max_steps=args.max_steps,
-                             time_budget_minutes=args.time_budget_minutes, warmup_fraction=args.warmup_fraction,
-                             mixed_precision=args.mixed_precision, seed=args.seed, resume=not args.no_resume)
+    settings = settings_from_args(args, out_dir)
     n_params = sum(p.numel() for p in model.parameters())
     log = run_training(
         model, settings, batch_for_step, loss_fn,
@@ -234,11 +220,4 @@ def add_arguments(parser) -> None:
     parser.add_argument("--init-embeddings-from", help="copy token embeddings from this model (draft LMs)")
     parser.add_argument("--seq-len", type=int, default=512)
     parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--warmup-fraction", type=float, default=0.04)
-    parser.add_argument("--max-steps", type=int, default=100_000)
-    parser.add_argument("--time-budget-minutes", type=float, default=None)
-    parser.add_argument("--mixed-precision", default="bf16", choices=["no", "bf16", "fp16"])
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--no-resume", action="store_true", help="start over even if out/checkpoint exists")
+    add_run_arguments(parser, lr=1e-3)

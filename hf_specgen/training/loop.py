@@ -49,6 +49,54 @@ class TrainSettings:
             raise ValueError("mixed_precision must be 'no', 'bf16' or 'fp16'")
 
 
+def add_run_arguments(parser, lr: float, max_steps: int = 100_000, mixed_precision: str = "bf16") -> None:
+    """The schedule, budget, precision and resume flags every ``specgen train`` command shares."""
+    parser.add_argument("--lr", type=float, default=lr, help="peak learning rate")
+    parser.add_argument("--warmup-fraction", type=float, default=0.04)
+    parser.add_argument("--max-steps", type=int, default=max_steps)
+    parser.add_argument("--time-budget-minutes", type=float, default=None,
+                        help="stop (and finish the cosine schedule) after this much training time")
+    parser.add_argument("--mixed-precision", default=mixed_precision, choices=["no", "bf16", "fp16"])
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-resume", action="store_true", help="start over even if out/checkpoint exists")
+
+
+def start_run(args) -> Path:
+    """Seed, CPU threads and the run folder, from the flags of :func:`add_run_arguments` and ``--out``."""
+    torch.manual_seed(args.seed)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return out_dir
+
+
+def load_frozen_target(path):
+    """(tokenizer, target) for drafter training: fp32, eval mode, no gradients."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    target.requires_grad_(False)
+    return AutoTokenizer.from_pretrained(path), target
+
+
+def settings_from_args(args, out_dir) -> "TrainSettings":
+    """TrainSettings from the flags of :func:`add_run_arguments`."""
+    return TrainSettings(out_dir=str(out_dir), lr=args.lr, max_steps=args.max_steps,
+                         time_budget_minutes=args.time_budget_minutes, warmup_fraction=args.warmup_fraction,
+                         mixed_precision=args.mixed_precision, seed=args.seed, resume=not args.no_resume)
+
+
+def epoch_batch(index: int, n_items: int, batch_size: int, seed: int) -> list[int]:
+    """Item indices of global batch ``index``: every epoch is its own seeded permutation of the items, cut into
+    batches, so a resumed run replays exactly the batches an uninterrupted run would have seen."""
+    per_epoch = max(n_items // batch_size, 1)
+    epoch, within = divmod(index, per_epoch)
+    order = torch.randperm(n_items, generator=torch.Generator().manual_seed(seed + epoch))
+    return order[within * batch_size: (within + 1) * batch_size].tolist()
+
+
 def lr_factor(progress: float, warmup_fraction: float, min_lr_ratio: float) -> float:
     """Multiplier of the peak learning rate at ``progress`` in [0, 1]: linear warmup, then cosine to the floor."""
     if warmup_fraction > 0 and progress < warmup_fraction:

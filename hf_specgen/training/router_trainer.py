@@ -16,11 +16,9 @@ The MLP (d -> d/8, GELU, dropout, -> 1) is fit with MSE, AdamW (peak lr 1e-3), t
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ..engine.taps import HiddenStateTap
 from ..loading import load_drafter
@@ -30,7 +28,7 @@ from .corpus import read_jsonl
 from .dflash_trainer import build_anchor_batch, drafter_block_states
 from .eagle3_trainer import ttt_forward
 from .lm import chat_examples
-from .loop import TrainSettings, run_training
+from .loop import add_run_arguments, epoch_batch, load_frozen_target, run_training, settings_from_args, start_run
 
 
 @torch.no_grad()
@@ -77,12 +75,8 @@ def router_targets(target, eagle, dflash, example: tuple[list[int], int], eagle_
 
 
 def train_router(args) -> dict:
-    torch.manual_seed(args.seed)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    out_dir = Path(args.out)
-    tokenizer = AutoTokenizer.from_pretrained(args.target)
-    target = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32).eval()
+    out_dir = start_run(args)
+    tokenizer, target = load_frozen_target(args.target)
     eagle = load_drafter(args.eagle3).float().eval()
     dflash = load_drafter(args.dflash).float().eval()
     records = [r for r in read_jsonl(args.data) if not r.get("sampled")]  # target-greedy text only
@@ -103,19 +97,14 @@ def train_router(args) -> dict:
     router = WhiFlashRouter(target.config.hidden_size, dropout=args.dropout)
 
     def batch_for_step(index: int):
-        per_epoch = max(len(x) // args.batch_size, 1)
-        epoch, within = divmod(index, per_epoch)
-        order = torch.randperm(len(x), generator=torch.Generator().manual_seed(args.seed + epoch))
-        picks = order[within * args.batch_size: (within + 1) * args.batch_size]
+        picks = epoch_batch(index, len(x), args.batch_size, args.seed)
         return x[picks], y[picks]
 
     def loss_fn(model, batch):
         features, delta = batch
         return F.mse_loss(model(features.to(next(model.parameters()).device)).float(), delta), len(delta)
 
-    settings = TrainSettings(out_dir=str(out_dir / "router_run"), lr=args.lr, max_steps=args.max_steps,
-                             time_budget_minutes=args.time_budget_minutes, mixed_precision="no", seed=args.seed,
-                             resume=not args.no_resume)
+    settings = settings_from_args(args, out_dir / "router_run")
     log = run_training(router, settings, batch_for_step, loss_fn, description="WhiFlash router",
                        run_info={"positions": len(x), "sequences": len(examples),
                                  "mean_al_eagle": float(torch.cat(al_e).mean()),
@@ -141,11 +130,6 @@ def add_arguments(parser) -> None:
     parser.add_argument("--eagle-top-k", type=int, default=1, help="1 = exact chain AL; k > 1 = top-k proxy")
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--dropout", type=float, default=0.1)
-    parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--max-steps", type=int, default=2000)
-    parser.add_argument("--time-budget-minutes", type=float, default=None)
     parser.add_argument("--neural-threshold", type=float, default=1.0)
     parser.add_argument("--entropy-threshold", type=float, default=2.0)
-    parser.add_argument("--threads", type=int, default=0)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--no-resume", action="store_true")
+    add_run_arguments(parser, lr=1e-3, max_steps=2000, mixed_precision="no")

@@ -6,7 +6,7 @@ from dataclasses import dataclass, fields
 
 from .engine.fly import FLY_SAMPLING_RULES, FLY_WINDOW_CONVENTIONS, check_fly_settings
 
-SPECULATIVE_MODES = ("dflash", "classic", "eagle3", "whiflash", "fly")
+SPECULATIVE_MODES = ("dflash", "classic", "eagle3", "whiflash", "fly", "autoregressive")
 LOSSY_MODES = ("fly",)
 DEFAULT_NUM_DRAFT_TOKENS = {"classic": 7, "eagle3": 7, "fly": 15}
 
@@ -21,14 +21,21 @@ class SpeculativeConfig:
                    "eagle3" (lossless; an EAGLE-3 drafter drafts token by token from the target's hidden states),
                    "whiflash" (lossless; a router picks EAGLE-3 or DFlash every round: assistant_model=WhiFlash(...)) or
                    "fly" (LOSSY, opt-in: FLy's loose verification over a draft LM's or a DFlash drafter's drafts;
-                   outputs differ from the target's own, task accuracy is what it keeps).
+                   outputs differ from the target's own, task accuracy is what it keeps) or
+                   "autoregressive" (no drafter, no speculation: one-token steps on the engine's static cache, which
+                   speculative_compile=True compiles; the baseline to measure the other modes against).
     block_size:    tokens verified per round with a DFlash drafter (first slot = last committed token). None = the
                    drafter's trained block size. Smaller than trained works; larger does not.
     num_draft_tokens: K, tokens a draft LM proposes per round; None = 7 ("classic") or 15 ("fly"). K + 1 rows verified.
+    draft_confidence_threshold: "classic" only: the draft LM stops drafting early once its top probability falls
+                   below this (transformers' assisted generation uses 0.4 with K = 20); the rest of the K slots are
+                   filled with its last token, so the verify keeps its fixed shape. None = always K tokens.
     compile:       torch.compile the fixed-shape draft and verify steps ("reduce-overhead": CUDA graphs on
-                   GPU). "auto" = on for CUDA, off elsewhere (on CPU compile costs more than it saves).
-    max_cache_len: upper bound on the KV cache the call may allocate (prompt + max_new_tokens + block);
-                   None = no bound. A call that needs more raises instead of truncating.
+                   GPU). "auto" = on for CUDA, off elsewhere (on a CPU each step gets faster too, but compiling
+                   takes 20-40 s per cache size: worth it for many calls sharing one max_cache_len).
+    max_cache_len: as in stock generate's static cache: allocate at least this many KV slots, so compiled calls of
+                   any length up to it share one cache size and one graph; a call that needs more allocates more.
+                   None = what the call needs (rounded up to 256 slots when compiled).
     eagle_top_k, eagle_depth, eagle_total_tokens: EAGLE-3 dynamic tree (defaults 10, 8, 60: the WhiFlash paper's);
                    eagle_top_k=1 drafts a chain of num_draft_tokens tokens instead.
     fly_window:    FLy's deferred window W (default 6; 0 disables the window).
@@ -44,6 +51,7 @@ class SpeculativeConfig:
     mode: str = "dflash"
     block_size: int | None = None
     num_draft_tokens: int | None = None
+    draft_confidence_threshold: float | None = None
     compile: bool | str = "auto"
     max_cache_len: int | None = None
     eagle_top_k: int = 10
@@ -76,6 +84,16 @@ class SpeculativeConfig:
             raise ValueError("num_draft_tokens applies to token-by-token drafters ('classic', 'eagle3', 'fly'); DFlash "
                              "drafts a block: "
                              "use block_size.")
+        if self.draft_confidence_threshold is not None:
+            if self.mode != "classic":
+                raise ValueError("draft_confidence_threshold applies to speculative_mode='classic' (a draft LM "
+                                 "drafting token by token); drop it for this mode.")
+            threshold = self.draft_confidence_threshold
+            if not isinstance(threshold, (int, float)) or isinstance(threshold, bool) or not 0 < threshold < 1:
+                raise ValueError(f"draft_confidence_threshold must be a probability in (0, 1), got "
+                                 f"{self.draft_confidence_threshold!r}.")
+        if self.mode == "autoregressive" and (self.block_size is not None or self.num_draft_tokens is not None):
+            raise ValueError("speculative_mode='autoregressive' drafts nothing: drop block_size / num_draft_tokens.")
         if self.mode in ("classic", "eagle3") and self.block_size is not None:
             raise ValueError("block_size applies to DFlash drafters; for 'classic' set num_draft_tokens "
                              "(tokens drafted per round).")

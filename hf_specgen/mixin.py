@@ -15,6 +15,7 @@ import functools
 import torch
 
 from .config import SPECULATIVE_MODES, SpeculativeConfig
+from .drafters.autoregressive import NoDraftProposer
 from .drafters.dflash import DFlashProposer
 from .drafters.draft_lm import DraftModelProposer
 from .drafters.eagle3 import Eagle3ChainProposer, Eagle3TreeProposer
@@ -29,8 +30,10 @@ from .models.whiflash import WhiFlash
 # generate() keyword arguments that configure the speculative call (SpeculativeConfig fields). The same names are read
 # from the generation_config, so settings saved with it (generation_config.speculative_mode = "fly", ...) apply.
 _FLAT_KWARGS = {"speculative_mode": "mode", "block_size": "block_size", "num_draft_tokens": "num_draft_tokens",
+                "draft_confidence_threshold": "draft_confidence_threshold",
                 "speculative_compile": "compile", "max_cache_len": "max_cache_len",
                 **{name: name for name in SpeculativeConfig.field_names() if name.startswith(("fly_", "eagle_"))}}
+_STOCK_KWARGS = {"max_cache_len"}  # also a stock generate argument: left alone in a non-speculative call
 
 
 def _speculative_config(kwargs: dict, generation_config) -> SpeculativeConfig | None:
@@ -39,16 +42,18 @@ def _speculative_config(kwargs: dict, generation_config) -> SpeculativeConfig | 
     Precedence: keyword arguments, then ``speculative_config=``, then attributes of the generation config.
     """
     given = kwargs.pop("speculative_config", None)
+    if given is None and kwargs.get("speculative_mode") is None and getattr(generation_config, "speculative_mode",
+                                                                             None) is None:
+        # A stock call: kwargs stay for stock generate (max_cache_len is also a stock argument in recent releases).
+        ours = sorted(name for name in _FLAT_KWARGS if name in kwargs and name not in _STOCK_KWARGS)
+        if ours:
+            raise ValueError(f"{ours} only apply to speculative decoding: also pass speculative_mode= one of "
+                             f"{', '.join(map(repr, SPECULATIVE_MODES))}.")
+        kwargs.pop("speculative_mode", None)
+        return None
     flat = {field: kwargs.pop(name) for name, field in _FLAT_KWARGS.items() if name in kwargs}
     saved = {field: getattr(generation_config, name) for name, field in _FLAT_KWARGS.items()
              if getattr(generation_config, name, None) is not None}
-    if given is None and flat.get("mode") is None and saved.get("mode") is None:
-        if flat:
-            raise ValueError(
-                f"{sorted(k for k, v in _FLAT_KWARGS.items() if v in flat)} only apply to speculative decoding: "
-                f"also pass speculative_mode= one of {', '.join(map(repr, SPECULATIVE_MODES))}."
-            )
-        return None
     if isinstance(given, dict):
         given = SpeculativeConfig(**given)
     if given is not None and not isinstance(given, SpeculativeConfig):
@@ -93,17 +98,22 @@ def _build_proposer(target, assistant_model, spec: SpeculativeConfig, compile_st
             raise ValueError("fly_ngram applies to a draft LM, not to an EAGLE-3 drafter.")
         return _eagle3_proposer(assistant_model, target, spec, compile_steps)
     use_ngram = spec.mode == "fly" and spec.fly_ngram is not False
-    return DraftModelProposer(assistant_model, target, spec.draft_tokens(), compile_steps, ngram=use_ngram)
+    return DraftModelProposer(assistant_model, target, spec.draft_tokens(), compile_steps, ngram=use_ngram,
+                              confidence_threshold=spec.draft_confidence_threshold)
 
 
 def _build_decoder(target, assistant_model, spec: SpeculativeConfig) -> SpeculativeDecoder:
+    if spec.mode == "autoregressive":
+        if assistant_model is not None:
+            raise ValueError("speculative_mode='autoregressive' uses no drafter: drop assistant_model, or pick a "
+                             "speculative mode for it ('dflash', 'classic', 'eagle3', 'whiflash', 'fly').")
+        return _cached_decoder(target, None, spec, lambda compile_steps: NoDraftProposer())
     if assistant_model is None:
         raise ValueError(
             f"speculative_mode={spec.mode!r} needs a drafter: pass assistant_model=... "
             "(a DFlash drafter, e.g. hf_specgen.load_drafter('z-lab/Qwen3-8B-DFlash-b16'), or for 'classic' / 'fly' "
             "a small causal LM with the target's tokenizer)."
         )
-    compile_steps = should_compile(spec.compile, target.device)
     drafter = as_dflash_drafter(assistant_model) if spec.mode == "dflash" else assistant_model
     if spec.mode == "whiflash" and not isinstance(assistant_model, WhiFlash):
         raise ValueError(f"speculative_mode='whiflash' needs a hf_specgen.WhiFlash(ar=eagle3_drafter, "
@@ -114,12 +124,18 @@ def _build_decoder(target, assistant_model, spec: SpeculativeConfig) -> Speculat
     target_dtype = target.get_input_embeddings().weight.dtype
     if drafter.dtype != target_dtype:
         raise ValueError(f"The drafter is {drafter.dtype} and the target {target_dtype}: load both in one dtype (drafter.to({target_dtype})).")
+    return _cached_decoder(target, assistant_model, spec,
+                           lambda compile_steps: _build_proposer(target, assistant_model, spec, compile_steps))
+
+
+def _cached_decoder(target, assistant_model, spec: SpeculativeConfig, make_proposer) -> SpeculativeDecoder:
     # Compiled decoders are kept on the target so later calls reuse their graphs.
+    compile_steps = should_compile(spec.compile, target.device)
     key = (id(assistant_model), dataclasses.astuple(spec), compile_steps)
     cached = getattr(target, "_hf_specgen_decoders", {})
     if key in cached:
         return cached[key]
-    proposer = _build_proposer(target, assistant_model, spec, compile_steps)
+    proposer = make_proposer(compile_steps)
     verifier = None
     if spec.mode == "fly":
         window = reference_window(spec.fly_window, spec.fly_window_convention)

@@ -65,3 +65,27 @@ def test_classic_errors_name_the_fix():
         target.generate(prompt, assistant_model=small, speculative_mode="classic", block_size=4, max_new_tokens=4)
     with pytest.raises(ValueError, match="num_draft_tokens must be"):
         target.generate(prompt, assistant_model=small, speculative_mode="classic", num_draft_tokens=0)
+
+
+def test_confidence_threshold_stops_drafting_early_and_stays_lossless():
+    """draft_confidence_threshold (transformers' assisted-generation heuristic): fewer draft forwards, same tokens."""
+    target = make_target("llama")
+    small = make_target("llama", seed=5, num_hidden_layers=1)
+    rng = random.Random(9)
+    for threshold in (0.05, 0.5, 0.99):
+        prompt = random_prompt(rng, rng.randint(1, 60))
+        ref = target.generate(prompt, max_new_tokens=40, do_sample=False)
+        out = target.generate(prompt, assistant_model=small, speculative_mode="classic", num_draft_tokens=6,
+                              draft_confidence_threshold=threshold, max_new_tokens=40, do_sample=False,
+                              return_dict_in_generate=True)
+        assert out.sequences.tolist() == ref.tolist(), threshold
+        stats = out.speculative_stats
+        if threshold == 0.99:  # a random draft model is never that sure: one draft forward per round
+            assert stats.draft_forwards == stats.num_rounds
+    plain = target.generate(prompt, assistant_model=small, speculative_mode="classic", num_draft_tokens=6,
+                            max_new_tokens=40, do_sample=False, return_dict_in_generate=True).speculative_stats
+    assert plain.draft_forwards == 6 * plain.num_rounds
+    with pytest.raises(ValueError, match="probability in"):
+        target.generate(prompt, assistant_model=small, speculative_mode="classic", draft_confidence_threshold=1.5)
+    with pytest.raises(ValueError, match="applies to speculative_mode='classic'"):
+        target.generate(prompt, assistant_model=small, speculative_mode="fly", draft_confidence_threshold=0.4)

@@ -24,10 +24,12 @@ def test_bench_runs_every_method_and_writes_json_and_chart(tmp_path):
     assert main(["bench", "--synthetic", "tiny", "--dtype", "fp32", "--num-prompts", "2", "--max-new-tokens", "12",
                  "--repeats", "2", "--block-sizes", "4", "8", "--num-draft-tokens", "3", "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "results.json").read_text())
-    assert set(report["methods"]) == {"autoregressive", "dflash b4", "dflash b8", "classic k3", "hf assisted",
+    assert set(report["methods"]) == {"autoregressive", "dflash b4", "dflash b8", "classic k3", "classic k20 conf0.4",
+                                      "hf assisted",
                                       "hf prompt lookup", "hf dflash (adapter)", "eagle3 tree 4/6/16",
-                                      "whiflash entropy"}
+                                      "whiflash entropy", "whiflash oracle per step (hindsight)"}
     assert report["oracles"]["oracle per prompt"]["decode_tokens_per_second"] > 0
+    assert report["oracles"]["oracle per step"]["decode_tokens_per_second"] > 0
     assert report["memory_mb"]["whiflash"] > report["memory_mb"]["dflash"] > report["memory_mb"]["autoregressive"]
     for name, method in report["methods"].items():
         entry = method["by_category"]["random"]

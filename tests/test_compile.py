@@ -36,3 +36,53 @@ def test_compiled_steps_match_eager_without_recompiles():
     finally:
         torch._dynamo.config.error_on_recompile = False
         torch._dynamo.reset()
+
+
+def test_compiled_autoregressive_baseline_is_one_graph():
+    """speculative_mode="autoregressive" + compile (the benchmark's static-cache baseline): stock tokens, one graph."""
+    torch._dynamo.reset()
+    counters.clear()
+    target = make_target("llama", seed=4)
+    rng = random.Random(1)
+    try:
+        for call, prompt_len in enumerate((9, 50)):
+            prompt = random_prompt(rng, prompt_len)
+            ref = target.generate(prompt, max_new_tokens=30, do_sample=False, eos_token_id=None)
+            out = target.generate(prompt, speculative_mode="autoregressive", speculative_compile=True,
+                                  max_new_tokens=30, do_sample=False, eos_token_id=None)
+            assert out.tolist() == ref.tolist()
+            if call == 0:
+                assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
+                torch._dynamo.config.error_on_recompile = True
+        assert counters["stats"]["unique_graphs"] == 1
+    finally:
+        torch._dynamo.config.error_on_recompile = False
+        torch._dynamo.reset()
+
+
+def test_every_compiled_mode_returns_the_stock_tokens():
+    """The benchmark compiles every mode of our engine: classic, EAGLE-3 tree and chain, WhiFlash switching drafter
+    every round. Each must still return the stock greedy tokens."""
+    import hf_specgen
+    from test_eagle3 import make_eagle3
+    from test_whiflash import Alternate
+
+    torch._dynamo.reset()
+    target = make_target("qwen3", seed=8)
+    small = make_target("qwen3", seed=5, num_hidden_layers=1)
+    eagle, dflash = make_eagle3(target), make_dflash(target, block_size=6)
+    bundle = hf_specgen.WhiFlash(ar=eagle, parallel=dflash, router=Alternate(1))
+    cases = [dict(assistant_model=small, speculative_mode="classic", num_draft_tokens=4),
+             dict(assistant_model=eagle, speculative_mode="eagle3", eagle_top_k=3, eagle_depth=3, eagle_total_tokens=8),
+             dict(assistant_model=eagle, speculative_mode="eagle3", eagle_top_k=1, num_draft_tokens=4),
+             dict(assistant_model=bundle, speculative_mode="whiflash", eagle_top_k=1, num_draft_tokens=4)]
+    rng = random.Random(2)
+    try:
+        for kwargs in cases:
+            prompt = random_prompt(rng, rng.randint(5, 40))
+            ref = target.generate(prompt, max_new_tokens=30, do_sample=False, eos_token_id=None)
+            out = target.generate(prompt, speculative_compile=True, max_cache_len=256, max_new_tokens=30,
+                                  do_sample=False, eos_token_id=None, **kwargs)
+            assert out.tolist() == ref.tolist(), kwargs["speculative_mode"]
+    finally:
+        torch._dynamo.reset()

@@ -37,6 +37,21 @@ def test_speculative_knob_without_mode(pair):
         pair[0].generate(PROMPT, block_size=4, max_new_tokens=3)
 
 
+def test_autoregressive_mode_takes_no_drafter(pair):
+    with pytest.raises(ValueError, match="uses no drafter: drop assistant_model"):
+        spec(*pair, speculative_mode="autoregressive")
+    with pytest.raises(ValueError, match="drafts nothing: drop block_size"):
+        pair[0].generate(PROMPT, speculative_mode="autoregressive", block_size=4, max_new_tokens=3)
+
+
+def test_stock_max_cache_len_reaches_stock_generate(pair):
+    """max_cache_len is also a stock argument (static caches): a call without speculative_mode must not eat it."""
+    target = pair[0]
+    ref = target.generate(PROMPT, max_new_tokens=4, do_sample=False)
+    out = target.generate(PROMPT, max_new_tokens=4, do_sample=False, cache_implementation="static", max_cache_len=64)
+    assert out.tolist() == ref.tolist()
+
+
 def test_hidden_size_mismatch(pair):
     target, _ = pair
     other = make_target("qwen3", hidden_size=32, head_dim=8)
@@ -92,9 +107,15 @@ def test_num_return_sequences(pair):
         spec(*pair, num_return_sequences=2, do_sample=True)
 
 
-def test_cache_too_small(pair):
-    with pytest.raises(ValueError, match=r"needs a KV cache of 17 slots.*max_cache_len=10"):
-        spec(*pair, max_cache_len=10)
+def test_max_cache_len_sizes_the_cache_like_stock_generate(pair):
+    from hf_specgen.engine.loop import _required_capacity
+
+    assert _required_capacity(4, 5, 8, compiled=False, max_cache_len=None) == 17
+    assert _required_capacity(4, 5, 8, compiled=True, max_cache_len=None) == 256
+    assert _required_capacity(4, 5, 8, compiled=True, max_cache_len=1000) == 1000  # one size for every call
+    assert _required_capacity(4, 5, 8, compiled=False, max_cache_len=10) == 17  # never too small
+    ref = pair[0].generate(PROMPT, max_new_tokens=5, do_sample=False)
+    assert spec(*pair, max_cache_len=10).tolist() == ref.tolist() == spec(*pair, max_cache_len=300).tolist()
 
 
 def test_non_dflash_assistant(pair):

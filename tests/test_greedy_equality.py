@@ -36,6 +36,26 @@ def test_greedy_equals_stock_fp32(family):
     assert rounds_with_acceptance > 0
 
 
+@pytest.mark.parametrize("family", ["qwen3", "llama"])
+def test_engine_autoregressive_mode_equals_stock(family):
+    """speculative_mode="autoregressive" (the benchmark's static-cache baseline) is plain greedy/sampled decoding."""
+    target = make_target(family)
+    rng = random.Random(5)
+    for _ in range(8):
+        prompt = random_prompt(rng, rng.randint(1, 80))
+        max_new = rng.randint(1, 60)
+        ref = target.generate(prompt, max_new_tokens=max_new, do_sample=False, repetition_penalty=1.3)
+        out = target.generate(prompt, speculative_mode="autoregressive", max_new_tokens=max_new, do_sample=False,
+                              repetition_penalty=1.3, return_dict_in_generate=True)
+        assert out.sequences.tolist() == ref.tolist()
+        assert set(out.speculative_stats.acceptance_lengths) == {1} and out.speculative_stats.draft_forwards == 0
+    torch.manual_seed(3)
+    ref = target.generate(prompt, max_new_tokens=20, do_sample=True, top_k=20)
+    torch.manual_seed(3)
+    out = target.generate(prompt, speculative_mode="autoregressive", max_new_tokens=20, do_sample=True, top_k=20)
+    assert out.tolist() == ref.tolist()  # one sample per step from the same distribution and the same RNG stream
+
+
 @torch.no_grad()
 def _top2_gap(target, sequence: torch.Tensor, position: int) -> float:
     """Gap between the target's two best logits for the token at `position` (one full forward)."""

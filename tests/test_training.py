@@ -15,7 +15,7 @@ import hf_specgen
 from hf_specgen.training import dflash_trainer as dt
 from hf_specgen.training.corpus import format_chat
 from hf_specgen.training.lm import chat_examples, pad_chat_batch
-from hf_specgen.training.loop import lr_factor
+from hf_specgen.training.loop import BudgetBatches, lr_factor
 
 from conftest import make_dflash, make_target
 
@@ -32,6 +32,29 @@ def test_lr_schedule_warms_up_then_decays_to_the_floor():
     assert lr_factor(0.04, 0.04, 0.1) == pytest.approx(1.0)
     assert lr_factor(0.5, 0.04, 0.1) < 1.0
     assert lr_factor(1.0, 0.04, 0.1) == pytest.approx(0.1)
+
+
+def test_budget_batches_cover_every_item_once_per_epoch_within_the_budget():
+    costs = [1 + (i * 37) % 50 for i in range(300)]
+    batches = BudgetBatches(costs, budget=120, seed=3, pool=64)
+    epoch0 = batches.epoch(0)
+    assert sorted(i for b in epoch0 for i in b) == list(range(300))  # each item exactly once
+    assert all(len(b) * max(costs[i] for i in b) <= 120 for b in epoch0)
+    assert max(len(b) for b in epoch0) > 3 * min(len(b) for b in epoch0)  # short items share bigger batches
+    n0 = len(epoch0)
+    # global indices run through epochs; a fresh object (a resumed run) replays the same batches
+    again = BudgetBatches(costs, budget=120, seed=3, pool=64)
+    assert again.batch(n0 + 2) == batches.epoch(1)[2] and batches.batch(5) == epoch0[5]
+    assert batches.epoch(1) != epoch0  # a new order every epoch
+    with pytest.raises(ValueError, match="raise the budget"):
+        BudgetBatches(costs, budget=10, seed=0)
+
+
+def test_anchor_count_matches_the_sampled_anchors():
+    ids = list(range(10, 30))
+    batch = dt.build_anchor_batch([(ids, 6)], 4, 100, 0, torch.Generator().manual_seed(0))
+    assert dt.anchor_count((ids, 6), 100) == int(batch.anchor_valid.sum()) == 13
+    assert dt.anchor_count((ids, 6), 5) == 5 and dt.anchor_count((ids, 19), 5) == 1
 
 
 def test_anchor_labels_are_same_position_tokens_inside_the_response():
@@ -183,6 +206,10 @@ def trained_runs(mini_world):
     main(["train", "dflash", "--target", str(mini_world / "target"), "--data", str(regen), "--out", str(runs / "dflash"),
           "--block-size", "4", "--layers", "1", "--max-anchors", "8", "--batch-size", "4", "--max-steps", "3",
           "--heldout", "8", "--mixed-precision", "no"])
+    # continue that drafter on length-grouped batches (the tiny world's second DFlash run)
+    main(["train", "dflash", "--target", str(mini_world / "target"), "--data", str(regen), "--out",
+          str(runs / "dflash_more"), "--block-size", "4", "--max-anchors", "8", "--anchor-budget", "24",
+          "--init-from", str(runs / "dflash" / "model"), "--max-steps", "2", "--heldout", "8", "--mixed-precision", "no"])
     main(["train", "eagle3", "--target", str(mini_world / "target"), "--data", str(regen), "--out",
           str(runs / "eagle3"), "--draft-vocab-size", "200", "--ttt-steps", "3", "--batch-size", "4", "--max-steps", "3",
           "--mixed-precision", "no"])
@@ -219,6 +246,13 @@ def test_trained_dflash_exports_in_zlab_format_and_decodes_losslessly(mini_world
     assert config["architectures"] == ["DFlashDraftModel"] and config["auto_map"]["AutoModel"] == "dflash.DFlashDraftModel"
     assert config["block_size"] == 4 and config["dflash_config"]["mask_token_id"] == tok.mask_token_id
     assert (out / "model" / "dflash.py").exists()
+    more = json.loads((trained_runs / "dflash_more" / "log.json").read_text())
+    assert more["steps"] == 2 and more["anchor_budget"] == 24 and more["init_from"].endswith("model")
+    with pytest.raises(ValueError, match="--block-size 4"):
+        from hf_specgen.cli import main
+        main(["train", "dflash", "--target", str(mini_world / "target"), "--data", str(trained_runs / "regen.jsonl"),
+              "--out", str(trained_runs / "dflash_bad"), "--block-size", "8", "--init-from", str(out / "model"),
+              "--max-steps", "1"])
 
     target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained(mini_world / "target"))
     drafter = hf_specgen.load_drafter(out / "model")
@@ -254,6 +288,12 @@ def test_world_export_writes_hub_folders_with_cards(trained_runs, tmp_path):
     assert "base_model: hf-specgen/specgen-tiny" in (tmp_path / "hub" / DRAFTER / "README.md").read_text()
     config = json.loads((tmp_path / "hub" / DRAFTER / "config.json").read_text())
     assert config["dtype"] == "bfloat16" and config["auto_map"]["AutoModel"] == "dflash.DFlashDraftModel"
+    # the continued run (dflash_more) is the shipped drafter, and its card lists both training stages
+    shipped = hf_specgen.load_drafter(str(tmp_path / "hub" / DRAFTER))
+    final = hf_specgen.load_drafter(str(trained_runs / "dflash_more" / "model"), dtype=torch.bfloat16)
+    assert all(torch.equal(a, b) for a, b in zip(shipped.state_dict().values(), final.state_dict().values()))
+    drafter_card = (tmp_path / "hub" / DRAFTER / "README.md").read_text()
+    assert "- stage 1:" in drafter_card and "- stage 2:" in drafter_card and "grouped by answer length" in drafter_card
 
 
 def test_chat_examples_mask_only_the_response(mini_world):

@@ -180,3 +180,26 @@ def test_linked_bundle_points_at_the_drafter_folders(tmp_path):
     assert loaded.router == "neural" and loaded.config.entropy_thresholds == {"math": 1.25}
     for key, value in bundle.state_dict().items():
         assert torch.equal(loaded.state_dict()[key], value), key
+
+
+def test_step_oracle_routes_by_the_accepted_length_table_of_each_position():
+    """The benchmark's per-step oracle: at each round's position it picks the drafter its table favours."""
+    from hf_specgen.bench.oracle import StepOracle
+
+    target = make_target("qwen3")
+    eagle, dflash = make_eagle3(target), make_dflash(target, block_size=4)
+    prompt = random_prompt(random.Random(3), 20)
+    table = {p: ((2.0, 1.0) if p % 3 == 0 else (1.0, 2.0)) for p in range(20, 60)}  # EAGLE-3 at multiples of 3
+    router = StepOracle([{}, table], eagle_round_s=1.0, dflash_round_s=1.0)
+    router.use(1)
+    bundle = hf_specgen.WhiFlash(ar=eagle, parallel=dflash, router=router)
+    out = target.generate(prompt, assistant_model=bundle, speculative_mode="whiflash", eagle_top_k=1,
+                          num_draft_tokens=3, max_new_tokens=30, do_sample=False, return_dict_in_generate=True)
+    assert out.sequences.tolist() == target.generate(prompt, max_new_tokens=30, do_sample=False).tolist()
+    stats = out.speculative_stats
+    starts = [20 + sum(stats.acceptance_lengths[:r]) for r in range(stats.num_rounds)]  # slot of the last committed
+    expected = ["eagle3" if start % 3 == 0 else "dflash" for start in starts]
+    assert stats.drafter_per_round == expected and "eagle3" in expected and "dflash" in expected
+    # a slower EAGLE-3 round flips ties of accepted length per second
+    assert StepOracle([{5: (2.0, 1.5)}], eagle_round_s=2.0, dflash_round_s=1.0)({"position": 5}) == "dflash"
+    assert StepOracle([{5: (2.0, 1.5)}], eagle_round_s=1.0, dflash_round_s=1.0)({"position": 5}) == "eagle3"

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from ..engine.graphs import CACHE_BUCKET
 from .harness import MethodResult, run_method, tap_cost
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
@@ -109,34 +110,69 @@ def encode_prompts(models: BenchModels, args) -> tuple[list[torch.Tensor], list[
     return ids, records
 
 
-def build_methods(models: BenchModels, args) -> list[tuple[str, dict]]:
+COMPILED_BASELINE = "autoregressive (engine, compiled)"
+
+
+def compiled_settings(args, longest_prompt: int) -> dict:
+    """generate() kwargs that compile our engine's steps, with one cache size for every prompt of the run (so one
+    graph per step serves them all, compiled during the warm-up call)."""
+    if not getattr(args, "compile", False):
+        return {}
+    widest = max([*args.block_sizes, *args.num_draft_tokens, 20, args.eagle_tree[2]]) + 16  # rows per verify + margin
+    slots = longest_prompt + args.max_new_tokens + widest
+    return {"speculative_compile": True, "max_cache_len": -(-slots // CACHE_BUCKET) * CACHE_BUCKET}
+
+
+def method_bases(args, longest_prompt: int) -> tuple[dict, dict]:
+    """generate() kwargs shared by all methods: (stock, ours). Ours add compilation when asked (transformers' own
+    methods stay eager: stock generate does not compile on CPU)."""
+    stock = dict(max_new_tokens=args.max_new_tokens, do_sample=args.temperature > 0)
+    if args.temperature > 0:
+        stock["temperature"] = args.temperature
+    return stock, {**stock, **compiled_settings(args, longest_prompt)}
+
+
+def eagle_tree_kwargs(args) -> dict:
+    return dict(zip(("eagle_top_k", "eagle_depth", "eagle_total_tokens"), args.eagle_tree))
+
+
+def whiflash_kwargs(args, base: dict) -> dict:
+    return {**base, "speculative_mode": "whiflash", "block_size": max(args.block_sizes), **eagle_tree_kwargs(args)}
+
+
+def build_methods(models: BenchModels, args, longest_prompt: int = 0) -> list[tuple[str, dict]]:
     from .peers import NativeDFlashAdapter
 
-    base = dict(max_new_tokens=args.max_new_tokens, do_sample=args.temperature > 0)
-    if args.temperature > 0:
-        base["temperature"] = args.temperature
+    stock, base = method_bases(args, longest_prompt)
+    compiled = base != stock
     wanted = set(args.methods)
-    methods = [("autoregressive", base)]
+    methods = [("autoregressive", stock)]
+    if compiled:
+        methods.append((COMPILED_BASELINE, {**base, "speculative_mode": "autoregressive"}))
     if models.dflash is not None and "dflash" in wanted:
         methods += [(f"dflash b{b}", {**base, "assistant_model": models.dflash, "speculative_mode": "dflash",
                                       "block_size": b}) for b in args.block_sizes]
     if models.draft_lm is not None and "classic" in wanted:
         methods += [(f"classic k{k}", {**base, "assistant_model": models.draft_lm, "speculative_mode": "classic",
                                        "num_draft_tokens": k}) for k in args.num_draft_tokens]
+        # transformers' assisted-generation defaults (K = 20, stop below 0.4 confidence), in our engine
+        methods.append(("classic k20 conf0.4", {**base, "assistant_model": models.draft_lm,
+                                                "speculative_mode": "classic", "num_draft_tokens": 20,
+                                                "draft_confidence_threshold": 0.4}))
     if models.draft_lm is not None and "hf-assisted" in wanted:
-        methods.append(("hf assisted", {**base, "assistant_model": models.draft_lm}))
+        methods.append(("hf assisted", {**stock, "assistant_model": models.draft_lm}))
     if "hf-prompt-lookup" in wanted:
-        methods.append(("hf prompt lookup", {**base, "prompt_lookup_num_tokens": 10}))
+        methods.append(("hf prompt lookup", {**stock, "prompt_lookup_num_tokens": 10}))
     if models.dflash is not None and "hf-dflash" in wanted and args.temperature == 0:
-        methods.append(("hf dflash (adapter)", {**base, "assistant_model": NativeDFlashAdapter(models.dflash),
+        methods.append(("hf dflash (adapter)", {**stock, "assistant_model": NativeDFlashAdapter(models.dflash),
                                                 "speculation_type": "dflash"}))
-    tree = dict(zip(("eagle_top_k", "eagle_depth", "eagle_total_tokens"), args.eagle_tree))
     if models.eagle3 is not None and "eagle3" in wanted:
         methods.append((f"eagle3 tree {'/'.join(map(str, args.eagle_tree))}",
-                        {**base, "assistant_model": models.eagle3, "speculative_mode": "eagle3", **tree}))
+                        {**base, "assistant_model": models.eagle3, "speculative_mode": "eagle3",
+                         **eagle_tree_kwargs(args)}))
     if models.whiflash is not None and "whiflash" in wanted:
         bundle = models.whiflash
-        whi = {**base, "speculative_mode": "whiflash", "block_size": max(args.block_sizes), **tree}
+        whi = whiflash_kwargs(args, base)
         for label, router, lazy in (("entropy", "entropy", True), ("neural", "neural", True),
                                     ("neural, eager catch-up", "neural", False)):
             if router == "neural" and bundle.neural_router is None:
@@ -152,17 +188,18 @@ def build_methods(models: BenchModels, args) -> list[tuple[str, dict]]:
     return methods
 
 
-def fly_sweep_methods(models: BenchModels, args) -> list[tuple[str, dict]]:
+def fly_sweep_methods(models: BenchModels, args, longest_prompt: int = 0) -> list[tuple[str, dict]]:
     """FLy's ablations (the seed's table) on the tiny world: window W, gate theta, MLA, against exact verification."""
     if models.draft_lm is None:
         raise SystemExit("--fly-sweep needs a draft LM (--draft-model, or the tiny world's)")
-    base = dict(max_new_tokens=args.max_new_tokens, do_sample=False)
+    stock, base = method_bases(args, longest_prompt)
     lm = {**base, "assistant_model": models.draft_lm}
-    methods = [("autoregressive", base), ("classic k15 (exact)", {**lm, "speculative_mode": "classic",
+    methods = [("autoregressive", stock), ("classic k15 (exact)", {**lm, "speculative_mode": "classic",
                                                                   "num_draft_tokens": 15})]
     for label, extra in (("W=0", {"fly_window": 0}), ("W=4", {"fly_window": 4}), ("W=6 (default)", {}),
                          ("W=8", {"fly_window": 8}), ("theta=0", {"fly_entropy_threshold": 0.0}),
-                         ("theta=0.6", {"fly_entropy_threshold": 0.6}), ("W=6 without MLA", {"fly_ngram": False})):
+                         ("theta=0.6", {"fly_entropy_threshold": 0.6}),
+                         ("theta=1.0", {"fly_entropy_threshold": 1.0}), ("W=6 without MLA", {"fly_ngram": False})):
         methods.append((f"fly {label}", {**lm, "speculative_mode": "fly", **extra}))
     if models.dflash is not None:
         block = max(args.block_sizes)
@@ -224,6 +261,7 @@ def summarize(results: list[MethodResult], records: list[dict], tokenizer) -> di
     if len(categories) > 1:
         groups["all"] = list(range(len(records)))
     baseline = results[0]
+    compiled_baseline = next((r for r in results if r.name == COMPILED_BASELINE), None)
     report = {}
     for result in results:
         per_group = {}
@@ -236,6 +274,9 @@ def summarize(results: list[MethodResult], records: list[dict], tokenizer) -> di
                 "prompts": len(rows),
                 "identical_to_autoregressive": sum(sub.sequences[i] == base.sequences[i] for i in range(len(rows))),
             }
+            if compiled_baseline is not None:  # the stricter ratio: same engine and compilation, no drafting
+                entry["speedup_vs_compiled_ar"] = (
+                    sub.tokens_per_second / _subset(compiled_baseline, rows).tokens_per_second)
             answered = [i for i in rows if "answer" in records[i]]
             if answered and tokenizer is not None:
                 entry["accuracy"] = statistics.mean(
@@ -252,9 +293,9 @@ def summarize(results: list[MethodResult], records: list[dict], tokenizer) -> di
 
 
 def oracles(results: list[MethodResult], records: list[dict]) -> dict | None:
-    """WhiFlash's hindsight baselines from the single-drafter runs: the better of EAGLE-3 and DFlash per category
-    and per prompt (decode tok/s and tau of the pick). The per-step oracle needs both drafters at every step: its
-    AL comes from ``specgen train router`` (``oracle_token_al`` in the router's log)."""
+    """WhiFlash's hindsight baselines: the better of EAGLE-3 and DFlash per category and per prompt, picked from the
+    single-drafter runs (decode tok/s and tau of the pick), and per step, decoded with the oracle router
+    (bench/oracle.py) when it ran."""
     eagle = next((r for r in results if r.name.startswith("eagle3")), None)
     dflash = [r for r in results if r.name.startswith("dflash")]
     if eagle is None or not dflash:
@@ -279,16 +320,22 @@ def oracles(results: list[MethodResult], records: list[dict]) -> dict | None:
         per_category += [(best, i) for i in rows(c)]
         per_prompt += [(min((eagle, dflash), key=lambda m: m.decode_seconds[i] / max(m.decode_tokens[i], 1)), i)
                        for i in rows(c)]
-    return {"oracle per category": pooled(per_category), "oracle per prompt": pooled(per_prompt)}
+    found = {"oracle per category": pooled(per_category), "oracle per prompt": pooled(per_prompt)}
+    step = next((r for r in results if r.name.startswith("whiflash oracle per step")), None)
+    if step is not None:
+        found["oracle per step"] = pooled([(step, i) for i in range(len(records))])
+    return found
 
 
 def format_table(report: dict) -> str:
-    header = ["method", "category", "decode tok/s", "speedup", "tau pooled", "tau mean", "same as AR", "accuracy",
-              "recovery"]
+    compiled = any("speedup_vs_compiled_ar" in e for m in report.values() for e in m["by_category"].values())
+    header = ["method", "category", "decode tok/s", "speedup", *(["vs compiled AR"] if compiled else []),
+              "tau pooled", "tau mean", "same as AR", "accuracy", "recovery"]
     rows = []
     for name, method in report.items():
         for group, e in method["by_category"].items():
-            rows.append([name, group, f"{e['decode_tokens_per_second']:.1f}", f"{e['speedup']:.2f}x",
+            versus = [f"{e['speedup_vs_compiled_ar']:.2f}x"] if compiled else []
+            rows.append([name, group, f"{e['decode_tokens_per_second']:.1f}", f"{e['speedup']:.2f}x", *versus,
                          f"{e['pooled_tau']:.2f}" if e["pooled_tau"] else "-",
                          f"{e['mean_tau']:.2f}" if e["mean_tau"] else "-",
                          f"{e['identical_to_autoregressive']}/{e['prompts']}",
@@ -306,28 +353,61 @@ def markdown_table(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
 
 
+def step_oracle(models: BenchModels, args, prompts, results: list[MethodResult], longest: int):
+    """WhiFlash's per-step hindsight oracle (bench/oracle.py), when WhiFlash, EAGLE-3 and DFlash all ran greedily."""
+    from .oracle import accepted_length_tables, step_oracle_method
+
+    eagle = next((r for r in results if r.name.startswith("eagle3")), None)
+    dflash = next((r for r in results if r.name == f"dflash b{max(args.block_sizes)}"), None)
+    if (models.whiflash is None or "whiflash" not in args.methods or eagle is None or dflash is None
+            or args.temperature > 0 or getattr(args, "fly_sweep", False)):
+        return None
+    pad_id = getattr(models.tokenizer, "pad_token_id", None) or 0  # only pads the drafters' lookahead
+    top_k, depth, _ = args.eagle_tree
+    tables = accepted_length_tables(models.target, models.whiflash, prompts, results[0].sequences, top_k, depth,
+                                    pad_id)
+    return step_oracle_method(models.whiflash, whiflash_kwargs(args, method_bases(args, longest)[1]), tables, eagle,
+                              dflash)
+
+
 def run_bench(args, *, show_texts: bool) -> dict:
     from tqdm.auto import tqdm
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    if getattr(args, "compile", False):
+        # Every method compiles the same step functions with its own shapes (block widths, taps), and dynamo keeps
+        # graphs per function: past its default limit of 8 it would silently run later methods eagerly.
+        import torch._dynamo.config as dynamo_config
+
+        dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, 64)
+        dynamo_config.accumulated_recompile_limit = max(dynamo_config.accumulated_recompile_limit, 1024)
     models = load_models(args)
     if models.synthetic:
         print(f"NOTE: random-weight '{args.synthetic}' models built on the fly: this shows the mechanics and the "
               "engine's costs, not speedups (a random drafter accepts almost nothing).\n")
     prompts, records = encode_prompts(models, args)
-    methods = fly_sweep_methods(models, args) if getattr(args, "fly_sweep", False) else build_methods(models, args)
+    longest = max(p.shape[1] for p in prompts)
+    methods = (fly_sweep_methods(models, args, longest) if getattr(args, "fly_sweep", False)
+               else build_methods(models, args, longest))
     results = []
     with tqdm(total=len(methods) * len(prompts), desc="decoding", unit="prompt") as bar:
         for name, kwargs in methods:
             bar.set_postfix(method=name)
             results.append(run_method(models.target, prompts, kwargs, args.repeats, name, bar,
                                       before_prompt=_category_thresholds(kwargs.get("assistant_model"), records)))
+        oracle = step_oracle(models, args, prompts, results, longest)
+        if oracle is not None:
+            name, kwargs, before_prompt = oracle
+            bar.total += len(prompts)
+            bar.set_postfix(method=name)
+            results.append(run_method(models.target, prompts, kwargs, args.repeats, name, bar,
+                                      before_prompt=before_prompt))
     report = summarize(results, records, models.tokenizer)
     print(format_table(report))
     hindsight = oracles(results, records)
     if hindsight:
-        print("\nhindsight oracles (best single drafter, all prompts):")
+        print("\nhindsight oracles (best drafter per category, per prompt, per step; all prompts):")
         print(markdown_table([[name, f"{o['decode_tokens_per_second']:.1f}", f"{o['speedup']:.2f}x",
                                f"{o['pooled_tau']:.2f}"] for name, o in hindsight.items()],
                              ["oracle", "decode tok/s", "speedup", "tau pooled"]))

@@ -4,7 +4,10 @@ Round r, with ``start`` = slot of the last committed token and K = num_draft_tok
   1. the draft model runs on the two committed tokens at slots start-1 and start (always two rows, so the step has a
      fixed shape: after a full accept the slot before ``start`` is missing from its cache, otherwise it is rewritten
      with the same values) and proposes d1 = argmax at ``start``;
-  2. K-1 one-row steps feed d_j at slot start+j and propose d_{j+1}.
+  2. K-1 one-row steps feed d_j at slot start+j and propose d_{j+1}; with a confidence threshold (transformers'
+     assisted-generation heuristic) drafting stops once the draft model's top probability falls below it, and the
+     remaining slots repeat the last draft (any token is a valid draft: the verify keeps its fixed K+1 rows, and
+     acceptance stops at the first token the target disagrees with anyway).
 The draft cache is a static cache indexed by the same slots as the target's; rejected drafts are simply overwritten
 next round.
 
@@ -50,12 +53,13 @@ class DraftModelProposer:
     tapped_layer_ids: list[int] = []  # the draft model reads tokens only
 
     def __init__(self, draft_model, target, num_draft_tokens: int, compile_steps: bool, ngram: bool = False,
-                 max_ngram: int = 4, ngram_tokens: int = 6):
+                 max_ngram: int = 4, ngram_tokens: int = 6, confidence_threshold: float | None = None):
         check_draft_lm_fits_target(draft_model, target)
         self.draft_model = draft_model
         self.num_draft_tokens = num_draft_tokens
         self.block_size = num_draft_tokens + 1
         self.ngram, self.max_ngram, self.ngram_tokens = ngram, max_ngram, ngram_tokens
+        self.confidence_threshold = confidence_threshold
         # Padded candidate rows may be written past the last verified slot: the cache needs that much room.
         self.cache_margin = ngram_tokens + 2 if ngram else 0
         self.forward_calls = 0
@@ -69,7 +73,9 @@ class DraftModelProposer:
                                 past_key_values=self.cache, use_cache=True).logits[0]
 
     def _draft_step(self, ids, positions, mask):
-        return self._forward(ids, positions, mask)[-1:].argmax(dim=-1)  # [1] argmax after the last row
+        # -> ([1] argmax after the last row, [1] its probability)
+        confidence, token = self._forward(ids, positions, mask)[-1:].float().softmax(dim=-1).max(dim=-1)
+        return token, confidence
 
     def _draft_rows_step(self, ids, positions, mask):
         return self._forward(ids, positions, mask).argmax(dim=-1)  # [n] argmax after every row
@@ -96,16 +102,21 @@ class DraftModelProposer:
         n_rows = start + 1 - first  # 2, or 1 for a one-token prompt's first round
         set_cache_length(self.cache, first)
         step = self._step if n_rows == 2 else self._step.eager
-        token = step(session.tokens[:, first: start + 1], session.positions[:, first: start + 1],
-                     session.causal_mask(first, n_rows))
+        token, confidence = step(session.tokens[:, first: start + 1], session.positions[:, first: start + 1],
+                                 session.causal_mask(first, n_rows))
         self.drafts[0] = session.tokens[0, start]
         self.drafts[1] = token[0]
+        drafted = 1
         for j in range(1, self.num_draft_tokens):
+            if self.confidence_threshold is not None and float(confidence) < self.confidence_threshold:
+                self.drafts[j + 1:] = self.drafts[j]  # unsure: stop drafting, pad the fixed-width block
+                break
             slot = start + j
-            token = self._step(self.drafts[j: j + 1][None], session.positions[:, slot: slot + 1],
-                               session.causal_mask(slot, 1))
+            token, confidence = self._step(self.drafts[j: j + 1][None], session.positions[:, slot: slot + 1],
+                                           session.causal_mask(slot, 1))
             self.drafts[j + 1] = token[0]
-        self.forward_calls += self.num_draft_tokens
+            drafted += 1
+        self.forward_calls += drafted
         return self.drafts.clone()
 
     def _propose_with_ngrams(self) -> torch.Tensor:

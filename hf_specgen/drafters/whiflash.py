@@ -102,7 +102,9 @@ class WhiFlashProposer:
         self.signal = {"logits": logits_row, "hidden": features_row[self._final_columns]}
 
     def propose(self):
-        choice = self.choose(self.signal) if self.signal is not None else PARALLEL
+        # The router also gets the slot of the last committed token (where this round's drafts start).
+        choice = self.choose({**self.signal, "position": self.session.last_slot}) if self.signal is not None \
+            else PARALLEL
         proposer = self.proposers[choice]
         if self.backlog[choice]:
             # Lazy catch-up: everything committed while this drafter sat out, prefilled in its next forward.

@@ -38,10 +38,15 @@ def _stop_token_ids(generation_config) -> set[int]:
     return {int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])}
 
 
-def _required_capacity(prompt_len: int, max_new_tokens: int, width: int, compiled: bool) -> int:
-    # The last verify starts at slot prompt_len + max_new_tokens - 2 and writes W rows.
+def _required_capacity(prompt_len: int, max_new_tokens: int, width: int, compiled: bool,
+                       max_cache_len: int | None) -> int:
+    """Cache slots for the call: the last verify starts at slot prompt_len + max_new_tokens - 2 and writes W rows.
+    Compiled steps get a multiple of CACHE_BUCKET, and ``max_cache_len`` (stock generate's meaning: size the cache
+    for the largest call) makes every call up to it share one size, hence one graph."""
     need = prompt_len + max_new_tokens + width
-    return -(-need // CACHE_BUCKET) * CACHE_BUCKET if compiled else need
+    if compiled:
+        need = -(-need // CACHE_BUCKET) * CACHE_BUCKET
+    return max(need, max_cache_len or 0)
 
 
 def check_target(target, capacity: int) -> None:
@@ -124,12 +129,7 @@ class SpeculativeDecoder:
         prompt_len = input_ids.shape[1]
         max_new_tokens = generation_config.max_length - prompt_len
         margin = getattr(self.proposer, "cache_margin", 0)
-        capacity = _required_capacity(prompt_len, max_new_tokens, width + margin, self.compile_steps)
-        if max_cache_len is not None and capacity > max_cache_len:
-            raise ValueError(
-                f"This call needs a KV cache of {capacity} slots (prompt {prompt_len} + max_new_tokens {max_new_tokens} + "
-                f"block {width}), above max_cache_len={max_cache_len}: raise max_cache_len or lower max_new_tokens."
-            )
+        capacity = _required_capacity(prompt_len, max_new_tokens, width + margin, self.compile_steps, max_cache_len)
         check_target(target, capacity)
         do_sample = bool(generation_config.do_sample)
         stop_ids = _stop_token_ids(generation_config)

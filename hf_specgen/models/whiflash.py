@@ -69,9 +69,9 @@ class WhiFlash(PreTrainedModel):
     ``WhiFlash(ar=eagle3_drafter, parallel=dflash_drafter, router="entropy")`` or ``WhiFlash(config)``.
     router: "entropy" (target entropy > entropy_threshold -> EAGLE-3), "neural" (neural_router's prediction >
     neural_threshold -> EAGLE-3), "eagle3" / "dflash" (always one), "random", or a callable(signal) returning
-    "eagle3" or "dflash" (signal = {"logits": [V], "hidden": [d]} of the target at the last accepted position;
-    callables are not saved). lazy: lazy catch-up of the drafter that sat out (the paper's optimisation); False
-    updates it every round.
+    "eagle3" or "dflash" (signal = {"logits": [V], "hidden": [d]} of the target at the last accepted position, and
+    "position": that token's slot in the sequence; callables are not saved). lazy: lazy catch-up of the drafter
+    that sat out (the paper's optimisation); False updates it every round.
     """
 
     config_class = WhiFlashConfig

@@ -28,7 +28,8 @@ import torch.nn.functional as F
 from ..models.dflash import DFlashDraftModel, dflash_config_for_target
 from .corpus import read_jsonl
 from .lm import chat_examples
-from .loop import add_run_arguments, epoch_batch, load_frozen_target, run_training, settings_from_args, start_run
+from .loop import (BudgetBatches, add_run_arguments, epoch_batch, load_frozen_target, run_training, settings_from_args,
+                   start_run)
 
 DEFAULT_GAMMA = {16: 7.0, 10: 5.0, 8: 4.0}  # the paper's decay per block size
 
@@ -67,6 +68,12 @@ def sample_anchors(loss_mask: torch.Tensor, max_anchors: int, generator: torch.G
     if len(candidates) > max_anchors:
         candidates = candidates[torch.randperm(len(candidates), generator=generator)[:max_anchors]]
     return torch.sort(candidates).values
+
+
+def anchor_count(example: tuple[list[int], int], max_anchors: int) -> int:
+    """Anchors :func:`sample_anchors` draws for one (ids, prompt length) example (at least 1 slot when none)."""
+    ids, n_prompt = example
+    return max(1, min(max_anchors, len(ids) - max(n_prompt, 0) - 1))
 
 
 def build_anchor_batch(examples: list[tuple[list[int], int]], block_size: int, max_anchors: int,
@@ -194,9 +201,15 @@ def train_dflash(args) -> dict:
     if not 0 <= mask_token_id < target.config.vocab_size:
         raise ValueError(f"--mask-token-id {mask_token_id} is outside the target's vocabulary "
                          f"({target.config.vocab_size} tokens)")
-    config = dflash_config_for_target(target.config, args.layers, args.block_size, mask_token_id,
-                                      target_layer_ids=args.target_layer_ids, num_taps=args.num_taps)
-    drafter = DFlashDraftModel(config)
+    if args.init_from:  # continue from a trained drafter (its geometry wins) with a fresh schedule
+        drafter = DFlashDraftModel.from_pretrained(args.init_from, dtype=torch.float32)
+        if drafter.block_size != args.block_size or drafter.mask_token_id != mask_token_id:
+            raise ValueError(f"--init-from {args.init_from} has block size {drafter.block_size} and mask token "
+                             f"{drafter.mask_token_id}; pass --block-size {drafter.block_size} and that mask token")
+    else:
+        config = dflash_config_for_target(target.config, args.layers, args.block_size, mask_token_id,
+                                          target_layer_ids=args.target_layer_ids, num_taps=args.num_taps)
+        drafter = DFlashDraftModel(config)
     gamma = args.gamma or default_gamma(args.block_size)
     weights = slot_weights(args.block_size, gamma)
 
@@ -208,8 +221,12 @@ def train_dflash(args) -> dict:
         raise ValueError(f"{args.data} has too few records ({len(examples)}) for --heldout {args.heldout}")
     use_flex = {"flex": True, "dense": False, "auto": torch.cuda.is_available()}[args.attention]
 
+    # --anchor-budget: batches of similar answer lengths holding about that many anchors (short answers are many)
+    budget = BudgetBatches([anchor_count(ex, args.max_anchors) for ex in train], args.anchor_budget, args.seed) \
+        if args.anchor_budget else None
+
     def batch_for_step(index: int) -> AnchorBatch:
-        picks = epoch_batch(index, len(train), args.batch_size, args.seed)
+        picks = budget.batch(index) if budget else epoch_batch(index, len(train), args.batch_size, args.seed)
         generator = torch.Generator().manual_seed(args.seed * 1_000_003 + index)  # anchors differ every epoch
         return build_anchor_batch([train[i] for i in picks], args.block_size, args.max_anchors,
                                   tokenizer.pad_token_id, generator)
@@ -227,6 +244,7 @@ def train_dflash(args) -> dict:
                        evaluate=evaluate,
                        run_info={"target": str(args.target), "data": str(args.data), "train_sequences": len(train),
                                  "heldout_sequences": len(heldout), "gamma": gamma, "max_anchors": args.max_anchors,
+                                 "anchor_budget": args.anchor_budget, "init_from": args.init_from,
                                  "attention": "flex" if use_flex else "dense",
                                  "drafter_parameters": sum(p.numel() for p in drafter.parameters())})
     drafter.save_pretrained(out_dir / "model")
@@ -248,6 +266,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--attention", default="auto", choices=["auto", "flex", "dense"],
                         help="flex attention BlockMask (GPU) or a dense mask (CPU: flex has no CPU backward)")
     parser.add_argument("--seq-len", type=int, default=3072)
-    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--batch-size", type=int, default=4, help="sequences per step (without --anchor-budget)")
+    parser.add_argument("--anchor-budget", type=int, default=None,
+                        help="instead of a fixed batch size: group answers of similar length, about this many "
+                             "anchors per step (data with short and long answers mixed)")
+    parser.add_argument("--init-from", default=None, help="start from this trained drafter (fine-tune, new data)")
     parser.add_argument("--heldout", type=int, default=64, help="sequences kept out for the offline tau estimate")
     add_run_arguments(parser, lr=6e-4)

@@ -97,6 +97,55 @@ def epoch_batch(index: int, n_items: int, batch_size: int, seed: int) -> list[in
     return order[within * batch_size: (within + 1) * batch_size].tolist()
 
 
+class BudgetBatches:
+    """Batches of similar-cost items whose padded cost (items x the largest cost among them) stays within a budget.
+
+    For data of very uneven lengths (the target's answers run from 5 to 200 tokens) a fixed batch size either pads
+    short items up to the longest or starves the step; here a short-answer batch holds many items and a long-answer
+    batch few. Per epoch: a seeded permutation, cut into pools, each pool sorted by cost and split greedily, then the
+    batches shuffled. ``batch(i)`` is a pure function of the global index, like :func:`epoch_batch`, so resuming
+    replays the same data.
+    """
+
+    def __init__(self, costs: list[int], budget: int, seed: int, pool: int = 4096):
+        if budget < max(costs):
+            raise ValueError(f"batch budget {budget} is below the costliest item ({max(costs)}): raise the budget")
+        self.costs, self.budget, self.seed, self.pool = costs, budget, seed, pool
+        self._current: tuple[int, list[list[int]]] | None = None  # one epoch's batches in memory
+        self._sizes: dict[int, int] = {}  # batches per epoch
+
+    def epoch(self, epoch: int) -> list[list[int]]:
+        if self._current is None or self._current[0] != epoch:
+            generator = torch.Generator().manual_seed(self.seed + epoch)
+            order = torch.randperm(len(self.costs), generator=generator).tolist()
+            batches: list[list[int]] = []
+            for start in range(0, len(order), self.pool):
+                current: list[int] = []
+                for item in sorted(order[start: start + self.pool], key=self.costs.__getitem__):
+                    # sorted ascending, so the newest item is the batch's largest
+                    if current and (len(current) + 1) * self.costs[item] > self.budget:
+                        batches.append(current)
+                        current = []
+                    current.append(item)
+                batches.append(current)
+            shuffle = torch.randperm(len(batches), generator=generator).tolist()
+            self._current = (epoch, [batches[i] for i in shuffle])
+            self._sizes[epoch] = len(batches)
+        return self._current[1]
+
+    def batch(self, index: int) -> list[int]:
+        epoch = 0
+        while index >= self.batches_in_epoch(epoch):
+            index -= self._sizes[epoch]
+            epoch += 1
+        return self.epoch(epoch)[index]
+
+    def batches_in_epoch(self, epoch: int) -> int:
+        if epoch not in self._sizes:
+            self.epoch(epoch)
+        return self._sizes[epoch]
+
+
 def lr_factor(progress: float, warmup_fraction: float, min_lr_ratio: float) -> float:
     """Multiplier of the peak learning rate at ``progress`` in [0, 1]: linear warmup, then cosine to the floor."""
     if warmup_fraction > 0 and progress < warmup_fraction:

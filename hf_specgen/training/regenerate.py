@@ -55,7 +55,6 @@ def regenerate(args) -> None:
                                              add_generation_prompt=True) for r, _ in jobs]
     lengths = [len(ids) for ids in tokenizer(prompts, add_special_tokens=False)["input_ids"]]
     # Group greedy and sampled jobs separately (different generate arguments), each sorted by prompt length.
-    # Greedy and sampled jobs need different generate arguments, so they are batched apart, each by prompt length.
     batches = []
     for sampled in (False, True):
         group = sorted((i for i in range(len(jobs)) if jobs[i][1] == sampled), key=lambda i: lengths[i])

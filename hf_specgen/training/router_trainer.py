@@ -33,9 +33,10 @@ from .loop import add_run_arguments, epoch_batch, load_frozen_target, run_traini
 
 @torch.no_grad()
 def router_targets(target, eagle, dflash, example: tuple[list[int], int], eagle_depth: int, eagle_top_k: int,
-                   pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """For one sequence: (hidden [n, d], al_eagle [n], al_dflash [n]) at every anchor a in the response whose
-    DFlash block and EAGLE-3 chain both fit inside it."""
+                   pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """For one sequence: (hidden [n, d], al_eagle [n], al_dflash [n], anchors [n]) at every anchor a (the position
+    of the last committed token when a round starts) in the response whose DFlash block and EAGLE-3 chain both fit
+    inside it."""
     ids, n_prompt = example
     block = dflash.block_size
     batch = build_anchor_batch([example], block, 10_000, pad_id, torch.Generator().manual_seed(0))
@@ -43,7 +44,8 @@ def router_targets(target, eagle, dflash, example: tuple[list[int], int], eagle_
     horizon = max(block - 1, eagle_depth)
     anchors = anchors[(anchors + horizon < len(ids)) & (anchors >= 1)]
     if len(anchors) == 0:
-        return torch.zeros(0, target.config.hidden_size), torch.zeros(0), torch.zeros(0)
+        return (torch.zeros(0, target.config.hidden_size), torch.zeros(0), torch.zeros(0),
+                torch.zeros(0, dtype=torch.long))
     seq = torch.tensor([ids])
     layers = target.config.num_hidden_layers
     eagle_taps = eagle.target_layer_ids or default_eagle3_layer_ids(layers)
@@ -71,7 +73,7 @@ def router_targets(target, eagle, dflash, example: tuple[list[int], int], eagle_
         top = eagle.to_target_ids(logits.topk(eagle_top_k, dim=-1).indices)  # [n, k]
         hits.append((top == truth[anchors + s][:, None]).any(-1))
     al_eagle = 1 + torch.stack(hits, dim=-1).long().cumprod(-1).sum(-1)
-    return final[anchors - 1], al_eagle.float(), al_dflash.float()
+    return final[anchors - 1], al_eagle.float(), al_dflash.float(), anchors
 
 
 def train_router(args) -> dict:
@@ -85,7 +87,7 @@ def train_router(args) -> dict:
 
     xs, ys, al_e, al_d = [], [], [], []
     for example in tqdm(examples, desc="drafting both ways", unit="seq"):
-        hidden, eagle_al, dflash_al = router_targets(target, eagle, dflash, example, args.eagle_depth,
+        hidden, eagle_al, dflash_al, _ = router_targets(target, eagle, dflash, example, args.eagle_depth,
                                                      args.eagle_top_k, tokenizer.pad_token_id)
         xs.append(hidden)
         ys.append(eagle_al - dflash_al)

@@ -72,9 +72,13 @@ def test_confidence_threshold_stops_drafting_early_and_stays_lossless():
     target = make_target("llama")
     small = make_target("llama", seed=5, num_hidden_layers=1)
     rng = random.Random(9)
+    widths = []
+    hook = target.model.register_forward_pre_hook(lambda module, args, kwargs: widths.append(
+        kwargs["input_ids"].shape[1]), with_kwargs=True)
     for threshold in (0.05, 0.5, 0.99):
         prompt = random_prompt(rng, rng.randint(1, 60))
         ref = target.generate(prompt, max_new_tokens=40, do_sample=False)
+        widths.clear()
         out = target.generate(prompt, assistant_model=small, speculative_mode="classic", num_draft_tokens=6,
                               draft_confidence_threshold=threshold, max_new_tokens=40, do_sample=False,
                               return_dict_in_generate=True)
@@ -82,6 +86,8 @@ def test_confidence_threshold_stops_drafting_early_and_stays_lossless():
         stats = out.speculative_stats
         if threshold == 0.99:  # a random draft model is never that sure: one draft forward per round
             assert stats.draft_forwards == stats.num_rounds
+            assert widths[1:] == [2] * stats.num_rounds  # eager verifies carry only the drafted token (after prefill)
+    hook.remove()
     plain = target.generate(prompt, assistant_model=small, speculative_mode="classic", num_draft_tokens=6,
                             max_new_tokens=40, do_sample=False, return_dict_in_generate=True).speculative_stats
     assert plain.draft_forwards == 6 * plain.num_rounds

@@ -6,8 +6,9 @@ Round r, with ``start`` = slot of the last committed token and K = num_draft_tok
      with the same values) and proposes d1 = argmax at ``start``;
   2. K-1 one-row steps feed d_j at slot start+j and propose d_{j+1}; with a confidence threshold (transformers'
      assisted-generation heuristic) drafting stops once the draft model's top probability falls below it, and the
-     remaining slots repeat the last draft (any token is a valid draft: the verify keeps its fixed K+1 rows, and
-     acceptance stops at the first token the target disagrees with anyway).
+     remaining slots repeat the last draft when the steps are compiled (any token is a valid draft: the verify keeps
+     its fixed K+1 rows, and acceptance stops at the first token the target disagrees with anyway); eager, the
+     verify gets only the drafted tokens.
 The draft cache is a static cache indexed by the same slots as the target's; rejected drafts are simply overwritten
 next round.
 
@@ -117,6 +118,8 @@ class DraftModelProposer:
             self.drafts[j + 1] = token[0]
             drafted += 1
         self.forward_calls += drafted
+        if drafted < self.num_draft_tokens and not self._step.compiled:
+            return self.drafts[: drafted + 1].clone()  # eager: verify only what was drafted (fewer target rows)
         return self.drafts.clone()
 
     def _propose_with_ngrams(self) -> torch.Tensor:

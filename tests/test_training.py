@@ -248,8 +248,9 @@ def test_trained_dflash_exports_in_zlab_format_and_decodes_losslessly(mini_world
     assert (out / "model" / "dflash.py").exists()
     more = json.loads((trained_runs / "dflash_more" / "log.json").read_text())
     assert more["steps"] == 2 and more["anchor_budget"] == 24 and more["init_from"].endswith("model")
-    with pytest.raises(ValueError, match="--block-size 4"):
-        from hf_specgen.cli import main
+    from hf_specgen.cli import main
+
+    with pytest.raises(ValueError, match="--block-size 4"):  # --init-from keeps the trained drafter's geometry
         main(["train", "dflash", "--target", str(mini_world / "target"), "--data", str(trained_runs / "regen.jsonl"),
               "--out", str(trained_runs / "dflash_bad"), "--block-size", "8", "--init-from", str(out / "model"),
               "--max-steps", "1"])

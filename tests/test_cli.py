@@ -87,3 +87,18 @@ def test_shipped_tiny_world_decodes_losslessly_and_its_drafters_accept(tmp_path,
         assert overall["identical_to_autoregressive"] == 3, name
         if name != "autoregressive":
             assert overall["pooled_tau"] > 1.5, (name, overall["pooled_tau"])  # trained drafters really accept
+
+
+def test_decode_clock_counts_only_tokens_made_inside_the_decode_window():
+    """transformers' assisted loops put several tokens at once with the prefill: those are not decode tokens."""
+    import torch
+
+    from hf_specgen.bench.harness import DecodeClock
+
+    clock = DecodeClock()
+    clock.put(torch.zeros(1, 30, dtype=torch.long))  # the prompt
+    clock.put(torch.zeros(4, dtype=torch.long))  # prefill + first verify: 4 tokens before the window opens
+    clock.put(torch.zeros(3, dtype=torch.long))
+    clock.put(torch.zeros(1, dtype=torch.long))
+    clock.end()
+    assert clock.decode_tokens == 4 and clock.decode_seconds >= 0

@@ -75,6 +75,8 @@ def _eagle3_proposer(drafter, target, spec: SpeculativeConfig, compile_steps: bo
 
 def _build_proposer(target, assistant_model, spec: SpeculativeConfig, compile_steps: bool):
     """The drafter side of the round, chosen by the mode and by what ``assistant_model`` is."""
+    if spec.mode == "autoregressive":
+        return NoDraftProposer()
     if spec.mode == "whiflash":  # assistant_model is a WhiFlash bundle (checked by _build_decoder)
         if not isinstance(assistant_model.ar, Eagle3DraftModel) or not is_dflash_drafter(assistant_model.parallel):
             raise ValueError("WhiFlash(ar=..., parallel=...) takes an EAGLE-3 drafter as ar and a DFlash drafter as "
@@ -102,12 +104,13 @@ def _build_proposer(target, assistant_model, spec: SpeculativeConfig, compile_st
                               confidence_threshold=spec.draft_confidence_threshold)
 
 
-def _build_decoder(target, assistant_model, spec: SpeculativeConfig) -> SpeculativeDecoder:
+def _check_drafter(target, assistant_model, spec: SpeculativeConfig) -> None:
+    """Errors that name the fix when ``assistant_model`` cannot serve ``spec.mode`` next to ``target``."""
     if spec.mode == "autoregressive":
         if assistant_model is not None:
             raise ValueError("speculative_mode='autoregressive' uses no drafter: drop assistant_model, or pick a "
                              "speculative mode for it ('dflash', 'classic', 'eagle3', 'whiflash', 'fly').")
-        return _cached_decoder(target, None, spec, lambda compile_steps: NoDraftProposer())
+        return
     if assistant_model is None:
         raise ValueError(
             f"speculative_mode={spec.mode!r} needs a drafter: pass assistant_model=... "
@@ -124,18 +127,17 @@ def _build_decoder(target, assistant_model, spec: SpeculativeConfig) -> Speculat
     target_dtype = target.get_input_embeddings().weight.dtype
     if drafter.dtype != target_dtype:
         raise ValueError(f"The drafter is {drafter.dtype} and the target {target_dtype}: load both in one dtype (drafter.to({target_dtype})).")
-    return _cached_decoder(target, assistant_model, spec,
-                           lambda compile_steps: _build_proposer(target, assistant_model, spec, compile_steps))
 
 
-def _cached_decoder(target, assistant_model, spec: SpeculativeConfig, make_proposer) -> SpeculativeDecoder:
+def _build_decoder(target, assistant_model, spec: SpeculativeConfig) -> SpeculativeDecoder:
+    _check_drafter(target, assistant_model, spec)
     # Compiled decoders are kept on the target so later calls reuse their graphs.
     compile_steps = should_compile(spec.compile, target.device)
     key = (id(assistant_model), dataclasses.astuple(spec), compile_steps)
     cached = getattr(target, "_hf_specgen_decoders", {})
     if key in cached:
         return cached[key]
-    proposer = make_proposer(compile_steps)
+    proposer = _build_proposer(target, assistant_model, spec, compile_steps)
     verifier = None
     if spec.mode == "fly":
         window = reference_window(spec.fly_window, spec.fly_window_convention)

@@ -102,3 +102,11 @@ def test_decode_clock_counts_only_tokens_made_inside_the_decode_window():
     clock.put(torch.zeros(1, dtype=torch.long))
     clock.end()
     assert clock.decode_tokens == 4 and clock.decode_seconds >= 0
+
+
+def test_shipped_remote_code_files_are_the_package_model_files():
+    """save_pretrained copies each model's module next to its weights (trust_remote_code loads it from there):
+    the shipped copies must be today's model code, not a stale one."""
+    for folder, module in (("specgen-tiny-dflash-b16", "dflash.py"), ("specgen-tiny-eagle3", "eagle3.py")):
+        shipped = (ROOT / "hub_models" / folder / module).read_text()
+        assert shipped == (ROOT / "hf_specgen" / "models" / module).read_text(), folder

@@ -111,6 +111,8 @@ def encode_prompts(models: BenchModels, args) -> tuple[list[torch.Tensor], list[
 
 
 COMPILED_BASELINE = "autoregressive (engine, compiled)"
+# transformers' assisted-generation defaults (K = 20, stop below 0.4 confidence), run in our classic mode
+ASSISTED_POLICY = {"num_draft_tokens": 20, "draft_confidence_threshold": 0.4}
 
 
 def compiled_settings(args, longest_prompt: int) -> dict:
@@ -118,7 +120,8 @@ def compiled_settings(args, longest_prompt: int) -> dict:
     graph per step serves them all, compiled during the warm-up call)."""
     if not getattr(args, "compile", False):
         return {}
-    widest = max([*args.block_sizes, *args.num_draft_tokens, 20, args.eagle_tree[2]]) + 16  # rows per verify + margin
+    widest = max([*args.block_sizes, *args.num_draft_tokens, ASSISTED_POLICY["num_draft_tokens"],
+                  args.eagle_tree[2]]) + 16  # rows per verify + margin
     slots = longest_prompt + args.max_new_tokens + widest
     return {"speculative_compile": True, "max_cache_len": -(-slots // CACHE_BUCKET) * CACHE_BUCKET}
 
@@ -155,10 +158,9 @@ def build_methods(models: BenchModels, args, longest_prompt: int = 0) -> list[tu
     if models.draft_lm is not None and "classic" in wanted:
         methods += [(f"classic k{k}", {**base, "assistant_model": models.draft_lm, "speculative_mode": "classic",
                                        "num_draft_tokens": k}) for k in args.num_draft_tokens]
-        # transformers' assisted-generation defaults (K = 20, stop below 0.4 confidence), in our engine
-        methods.append(("classic k20 conf0.4", {**base, "assistant_model": models.draft_lm,
-                                                "speculative_mode": "classic", "num_draft_tokens": 20,
-                                                "draft_confidence_threshold": 0.4}))
+        methods.append(("classic k{num_draft_tokens} conf{draft_confidence_threshold}".format(**ASSISTED_POLICY),
+                        {**base, "assistant_model": models.draft_lm, "speculative_mode": "classic",
+                         **ASSISTED_POLICY}))
     if models.draft_lm is not None and "hf-assisted" in wanted:
         methods.append(("hf assisted", {**stock, "assistant_model": models.draft_lm}))
     if "hf-prompt-lookup" in wanted:
@@ -292,15 +294,20 @@ def summarize(results: list[MethodResult], records: list[dict], tokenizer) -> di
     return report
 
 
-def oracles(results: list[MethodResult], records: list[dict]) -> dict | None:
+def single_drafter_runs(results: list[MethodResult], block_size: int):
+    """(EAGLE-3 run, DFlash run at the block size WhiFlash uses), or None where a run is missing."""
+    eagle = next((r for r in results if r.name.startswith("eagle3")), None)
+    dflash = next((r for r in results if r.name == f"dflash b{block_size}"), None)
+    return eagle, dflash
+
+
+def oracles(results: list[MethodResult], records: list[dict], block_size: int) -> dict | None:
     """WhiFlash's hindsight baselines: the better of EAGLE-3 and DFlash per category and per prompt, picked from the
     single-drafter runs (decode tok/s and tau of the pick), and per step, decoded with the oracle router
     (bench/oracle.py) when it ran."""
-    eagle = next((r for r in results if r.name.startswith("eagle3")), None)
-    dflash = [r for r in results if r.name.startswith("dflash")]
-    if eagle is None or not dflash:
+    eagle, dflash = single_drafter_runs(results, block_size)
+    if eagle is None or dflash is None:
         return None
-    dflash = dflash[-1]
     baseline = results[0]
     categories = sorted({r["category"] for r in records})
     rows = lambda c: [i for i, r in enumerate(records) if r["category"] == c]  # noqa: E731
@@ -357,8 +364,7 @@ def step_oracle(models: BenchModels, args, prompts, results: list[MethodResult],
     """WhiFlash's per-step hindsight oracle (bench/oracle.py), when WhiFlash, EAGLE-3 and DFlash all ran greedily."""
     from .oracle import accepted_length_tables, step_oracle_method
 
-    eagle = next((r for r in results if r.name.startswith("eagle3")), None)
-    dflash = next((r for r in results if r.name == f"dflash b{max(args.block_sizes)}"), None)
+    eagle, dflash = single_drafter_runs(results, max(args.block_sizes))
     if (models.whiflash is None or "whiflash" not in args.methods or eagle is None or dflash is None
             or args.temperature > 0 or getattr(args, "fly_sweep", False)):
         return None
@@ -405,7 +411,7 @@ def run_bench(args, *, show_texts: bool) -> dict:
                                       before_prompt=before_prompt))
     report = summarize(results, records, models.tokenizer)
     print(format_table(report))
-    hindsight = oracles(results, records)
+    hindsight = oracles(results, records, max(args.block_sizes))
     if hindsight:
         print("\nhindsight oracles (best drafter per category, per prompt, per step; all prompts):")
         print(markdown_table([[name, f"{o['decode_tokens_per_second']:.1f}", f"{o['speedup']:.2f}x",

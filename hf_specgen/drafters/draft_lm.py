@@ -74,8 +74,11 @@ class DraftModelProposer:
                                 past_key_values=self.cache, use_cache=True).logits[0]
 
     def _draft_step(self, ids, positions, mask):
-        # -> ([1] argmax after the last row, [1] its probability)
-        confidence, token = self._forward(ids, positions, mask)[-1:].float().softmax(dim=-1).max(dim=-1)
+        # -> ([1] argmax after the last row, [1] its probability, or None without a confidence threshold)
+        logits = self._forward(ids, positions, mask)[-1:]
+        if self.confidence_threshold is None:  # plain drafting needs no softmax over the vocabulary
+            return logits.argmax(dim=-1), None
+        confidence, token = logits.float().softmax(dim=-1).max(dim=-1)
         return token, confidence
 
     def _draft_rows_step(self, ids, positions, mask):

@@ -83,6 +83,13 @@ def _add_training_commands(sub) -> None:
     tok.add_argument("--vocab-size", type=int, default=8192)
     tok.set_defaults(handler=_data_tokenizer)
 
+    heldout = data_sub.add_parser("heldout-loss", help="a model's response-token loss on a corpus' held-out records")
+    heldout.add_argument("--model", required=True, help="model folder (with its tokenizer)")
+    heldout.add_argument("--corpus", required=True, help="corpus folder with eval_{code,math,prose}.jsonl")
+    heldout.add_argument("--limit", type=int, default=200, help="records per domain")
+    heldout.add_argument("--out", help="also write the losses to this JSON file")
+    heldout.set_defaults(handler=_data_heldout_loss)
+
     regen = data_sub.add_parser("regenerate", help="replace responses with the target's own (drafter training data)")
     from .training import regenerate
 
@@ -176,6 +183,22 @@ def _data_corpus(args) -> None:
 
     stats = build_corpus(args.out, args.seed, args.max_code_files)
     print(json.dumps(stats["records"], indent=2))
+
+
+def _data_heldout_loss(args) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from .training.lm import evaluate_domains
+
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
+    result = evaluate_domains(model, tokenizer, args.corpus, limit=args.limit)
+    if not result["loss"]:
+        raise ValueError(f"{args.corpus} has no eval_code/eval_math/eval_prose.jsonl: pass a corpus folder")
+    print(json.dumps(result, indent=2))
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2))
 
 
 def _data_tokenizer(args) -> None:

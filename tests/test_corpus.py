@@ -193,13 +193,28 @@ def test_chat_template_matches_corpus_format(tokenizer, splits):
         assert tokenizer.apply_chat_template([user, assistant], tokenize=False) == corpus.format_record(record)
         prompt = tokenizer.apply_chat_template([user], tokenize=False, add_generation_prompt=True)
         assert prompt == corpus.format_record(record, with_response=False)
-        assert prompt + record["response"] + corpus.END_TOKEN == corpus.format_record(record)
+        assert prompt + "\n" + record["response"] + corpus.END_TOKEN == corpus.format_record(record)
     conversation = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
                     {"role": "user", "content": "Solve: 2 + 2"}]
     assert (tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
             == corpus.format_messages(conversation, add_generation_prompt=True))
     with pytest.raises(Exception):
         tokenizer.apply_chat_template([{"role": "system", "content": "x"}], tokenize=False)
+
+
+def test_generation_prompt_then_answer_tokens_are_the_training_tokens(tokenizer, splits):
+    # The model is trained on whole chat texts. A generation prompt is only right if the prompt's tokens followed by
+    # the answer's tokens (what generation produces) equal the training text's tokens: a prompt ending in "\n" would
+    # split the newline from a code answer's indentation, which BPE merges ("\n   ", " x") in training.
+    code = [r for r in splits.train if r["domain"] == "code"][:10]
+    assert code and all(r["response"].startswith("    ") for r in code)
+    for record in code + splits.eval_math[:3]:
+        prompt = tokenizer.apply_chat_template([{"role": "user", "content": record["prompt"]}], tokenize=False,
+                                               add_generation_prompt=True)
+        answer_ids = tokenizer("\n" + record["response"] + corpus.END_TOKEN, add_special_tokens=False)["input_ids"]
+        prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        assert prompt_ids + answer_ids == tokenizer(corpus.format_record(record), add_special_tokens=False)["input_ids"]
+        assert corpus.response_text(tokenizer.decode(answer_ids[:-1])) == record["response"]
 
 
 def test_mask_token_never_in_training_text(tokenizer, splits):

@@ -13,7 +13,7 @@ import torch
 
 import hf_specgen
 from hf_specgen.training import dflash_trainer as dt
-from hf_specgen.training.corpus import format_chat
+from hf_specgen.training.corpus import format_chat, response_text
 from hf_specgen.training.lm import chat_examples, pad_chat_batch
 from hf_specgen.training.loop import BudgetBatches, lr_factor
 
@@ -231,8 +231,61 @@ def test_regenerated_greedy_rows_are_the_targets_own_answers(mini_world, trained
         expect = target.generate(**prompt, max_new_tokens=12, do_sample=False)[0, prompt["input_ids"].shape[1]:].tolist()
         if tok.eos_token_id in expect:
             expect = expect[: expect.index(tok.eos_token_id)]
-        assert row["response"] == tok.decode(expect)
+        assert row["response_ids"] == expect and row["response"] == response_text(tok.decode(expect))
     assert json.loads((trained_runs / "draft" / "log.json").read_text())["examples"] == len(rows)
+
+
+def test_heldout_loss_command_scores_a_corpus_folder(mini_world, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from hf_specgen.cli import main
+    from hf_specgen.training.lm import heldout_loss
+
+    records = [{"prompt": p, "response": f"It is {eval(p.split(': ')[1])}.", "domain": "math"} for p in PROMPTS[:6]]
+    (tmp_path / "eval_math.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = tmp_path / "heldout.json"
+    main(["data", "heldout-loss", "--model", str(mini_world / "target"), "--corpus", str(tmp_path), "--out", str(out)])
+    loss = json.loads(out.read_text())["loss"]
+    target = AutoModelForCausalLM.from_pretrained(mini_world / "target")
+    tok = AutoTokenizer.from_pretrained(mini_world / "target")
+    assert list(loss) == ["math"] and loss["math"] == pytest.approx(heldout_loss(target, tok, records), rel=1e-5)
+    with pytest.raises(ValueError, match="corpus folder"):
+        main(["data", "heldout-loss", "--model", str(mini_world / "target"), "--corpus", str(mini_world)])
+
+
+def test_mix_regen_adds_the_turn_newline_once_and_drops_domains(mini_world, tmp_path):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(mini_world / "target")
+    answer = tok("It is 3.", add_special_tokens=False)["input_ids"]
+    newline = tok("\n", add_special_tokens=False)["input_ids"]
+    first, second = tmp_path / "new.jsonl", tmp_path / "old.jsonl"
+    first.write_text(json.dumps({"domain": "code", "response_ids": newline + answer}) + "\n")
+    second.write_text(json.dumps({"domain": "code", "response_ids": answer}) + "\n"
+                      + json.dumps({"domain": "math", "response_ids": answer}) + "\n")
+    out = tmp_path / "mix.jsonl"
+    script = Path(__file__).resolve().parents[1] / "scripts" / "mix_regen.py"
+    res = subprocess.run([sys.executable, str(script), "--tokenizer", str(mini_world / "target"), "--drop-domains",
+                          "code", "--out", str(out), str(first), str(second)], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["domain"], r["response_ids"]) for r in rows] == [("code", newline + answer), ("math", newline + answer)]
+
+
+def test_regenerate_keeps_only_the_asked_domains(mini_world, tmp_path):
+    from hf_specgen.cli import main
+
+    data = tmp_path / "mixed.jsonl"
+    data.write_text("".join(json.dumps({"prompt": p, "domain": d}) + "\n"
+                            for p, d in [(PROMPTS[0], "math"), ("Continue the text:\nThe", "prose")]))
+    out = tmp_path / "math.jsonl"
+    main(["data", "regenerate", "--target", str(mini_world / "target"), "--data", str(data), "--out", str(out),
+          "--domains", "math", "--max-new-tokens", "4", "--samples-per-prompt", "0"])
+    assert [json.loads(line)["domain"] for line in out.read_text().splitlines()] == ["math"]
+    with pytest.raises(ValueError, match="--domains"):
+        main(["data", "regenerate", "--target", str(mini_world / "target"), "--data", str(data), "--out", str(out),
+              "--domains", "code"])
 
 
 def test_trained_dflash_exports_in_zlab_format_and_decodes_losslessly(mini_world, trained_runs):
@@ -275,6 +328,7 @@ def test_world_export_writes_hub_folders_with_cards(trained_runs, tmp_path):
     from hf_specgen.training.export import DRAFT_LM, DRAFTER, EAGLE3, TARGET, WHIFLASH, export_world
 
     (trained_runs / "commands.txt").write_text("target\tspecgen train lm --the-exact-flags\n")
+    (trained_runs / "target" / "heldout.json").write_text(json.dumps({"loss": {"code": 1.234}}))
     export_world(trained_runs, tmp_path / "hub")
     for name in (TARGET, DRAFTER, DRAFT_LM, EAGLE3, WHIFLASH):
         card = (tmp_path / "hub" / name / "README.md").read_text()
@@ -284,6 +338,7 @@ def test_world_export_writes_hub_folders_with_cards(trained_runs, tmp_path):
     assert linked.router == "neural" and linked.ar.dtype == torch.bfloat16
     target_card = (tmp_path / "hub" / TARGET / "README.md").read_text()
     assert "specgen train lm --the-exact-flags" in target_card
+    assert "| code | 1.234 |" in target_card  # a re-measured held-out loss wins over the training log's
     steps = json.loads((trained_runs / "target" / "log.json").read_text())["steps"]
     assert f"{steps} steps" in target_card
     assert "base_model: hf-specgen/specgen-tiny" in (tmp_path / "hub" / DRAFTER / "README.md").read_text()
@@ -301,10 +356,17 @@ def test_chat_examples_mask_only_the_response(mini_world):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(mini_world / "tokenizer")
-    examples = chat_examples(tok, [{"prompt": "Solve: 1 + 2", "response": "It is 3."}], 64)
+    records = [{"prompt": "Solve: 1 + 2", "response": "It is 3."},
+               {"prompt": "Complete this function:\ndef f(x):", "response": "    return x"}]
+    examples = chat_examples(tok, records, 64)
     input_ids, labels = pad_chat_batch(examples, tok.pad_token_id)
-    scored = tok.decode(labels[0][labels[0] != -100])
-    assert scored == "It is 3." + tok.eos_token
+    for row, record in enumerate(records):
+        scored = tok.decode(labels[row][labels[row] != -100])
+        assert scored == "\n" + record["response"] + tok.eos_token  # the turn's opening newline is the first answer token
+        # The ids are those of the whole chat text, as the target saw it in pretraining (no split at the boundary).
+        length = len(examples[row][0])
+        assert input_ids[row, :length].tolist() == tok(format_chat(record["prompt"], record["response"]),
+                                                       add_special_tokens=False)["input_ids"]
 
 
 def test_trained_eagle3_loads_and_decodes_losslessly(mini_world, trained_runs):

@@ -65,7 +65,10 @@ def format_messages(messages: Sequence[dict], add_generation_prompt: bool = Fals
     """Render a conversation exactly like the tokenizer's chat template does.
 
     Only ``user`` and ``assistant`` roles exist in this tiny world. With ``add_generation_prompt`` the text ends with
-    an open assistant turn (``<|assistant|>\\n``) for the model to complete.
+    the open assistant marker ``<|assistant|>`` and the model writes the newline that starts its turn itself: the BPE
+    merges that newline with a code answer's indentation (``"\\n    x"`` -> ``"\\n   "``, ``" x"``), so a prompt ending
+    in a lone newline token would start every answer from a token sequence training never showed before code (and
+    the model would answer code prompts in prose).
     """
     parts = []
     for message in messages:
@@ -77,7 +80,7 @@ def format_messages(messages: Sequence[dict], add_generation_prompt: bool = Fals
         else:
             raise ValueError(f"unsupported chat role {role!r}: only 'user' and 'assistant' exist")
     if add_generation_prompt:
-        parts.append(f"{ASSISTANT_TOKEN}\n")
+        parts.append(ASSISTANT_TOKEN)
     return "".join(parts)
 
 
@@ -86,6 +89,11 @@ def format_chat(prompt: str, response: str | None = None) -> str:
     if response is None:
         return format_messages([{"role": "user", "content": prompt}], add_generation_prompt=True)
     return format_messages([{"role": "user", "content": prompt}, {"role": "assistant", "content": response}])
+
+
+def response_text(generated: str) -> str:
+    """The answer in a decoded generation: what follows the newline the model writes after ``<|assistant|>``."""
+    return generated[1:] if generated.startswith("\n") else generated
 
 
 def format_record(record: dict, with_response: bool = True) -> str:

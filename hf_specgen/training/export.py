@@ -50,7 +50,8 @@ def target_card(runs: Path) -> str:
     log = _read(runs / "target" / "log.json")
     math = _read(runs / "eval_math_greedy.jsonl.summary.json")
     cmds = _commands(runs)
-    losses = log.get("eval", {}).get("loss", {})
+    # Re-measured after training when heldout.json exists (``specgen data heldout-loss``), else the training log's.
+    losses = (_read(runs / "target" / "heldout.json") or log.get("eval", {})).get("loss", {})
     loss_rows = "\n".join(f"| {d} | {v:.3f} |" for d, v in losses.items())
     return _front_matter(library_name="transformers", license="apache-2.0", pipeline_tag="text-generation",
                          tags=["hf_specgen", "tiny-world", "qwen3"]) + f"""
@@ -71,6 +72,10 @@ instruction pairs (`<|user|>` / `<|assistant|>` / `<|end|>`), joined with `<|end
 {log.get('stream_tokens', 0) / 1e6:.1f}M training tokens, 8192 entries, digits split one per token, `<|mask|>`
 reserved for DFlash drafters.
 
+The chat template's generation prompt ends with `<|assistant|>`: the model writes the newline that opens its answer
+itself, because the tokenizer merges that newline with a code answer's indentation. (A prompt ending in a lone newline
+token makes the model answer "Complete this function" requests in prose.) Decoded answers therefore start with `\n`.
+
 ## Training
 {log.get('steps')} steps of 16 x 512 tokens, {log.get('tokens_seen', 0) / 1e6:.1f}M tokens seen; {_fmt_settings(log)}.
 
@@ -80,6 +85,10 @@ reserved for DFlash drafters.
 
 ## Results
 Held-out loss (response tokens of held-out chat records, 200 per domain):
+
+```
+{cmds.get('heldout_loss', '')}
+```
 
 | domain | loss |
 |---|---|
@@ -96,13 +105,15 @@ Speculative decoding figures for this target are in the drafters' cards and in t
 """
 
 
-DFLASH_COMMANDS = ("regenerate", "dflash", "dflash_resume", "regenerate_more", "mix_data", "dflash_more")
+DFLASH_COMMANDS = ("regenerate", "dflash", "dflash_resume", "regenerate_more", "mix_data", "dflash_more",
+                   "regenerate_code", "mix_data_2", "dflash_stage3")
+# Training order of the DFlash run folders: each later one continued the one before on new data (``--init-from``).
+DFLASH_STAGES = ("dflash", "dflash_more", "dflash_stage3")
 
 
 def dflash_runs(runs: Path) -> list[Path]:
-    """The DFlash run folders in training order: ``dflash`` and, when the drafter was continued on more data,
-    ``dflash_more`` (its final model is the shipped one)."""
-    return [runs / name for name in ("dflash", "dflash_more") if (runs / name / "log.json").exists()]
+    """The DFlash run folders that exist, in training order; the last one's model is the shipped drafter."""
+    return [runs / name for name in DFLASH_STAGES if (runs / name / "log.json").exists()]
 
 
 def drafter_card(runs: Path, bench: dict) -> str:
@@ -147,7 +158,9 @@ lm_head. {minutes:.0f} CPU minutes in all:
 Offline tau = 1 + leading matches of the greedy block against the target's own text, teacher-forced, on
 {final.get('heldout_sequences')} held-out sequences (block 16), over the blocks that fit inside an answer: a quick
 proxy that judges few blocks when answers are short (stage 2's held-out answers are). The decoding results below
-are the measure that counts.
+are the measure that counts. Stages 1 and 2 trained on answers generated through the target's earlier chat template,
+whose generation prompt ended with a newline token: the target then answered code prompts in prose. Stage 3 trains on
+the target's code answers under the current template (the other domains' answers are the same tokens).
 
 ```
 {chr(10).join(cmds[name] for name in DFLASH_COMMANDS if name in cmds)}

@@ -80,10 +80,10 @@ def token_stream(tokenizer, documents_path: str | Path) -> torch.Tensor:
 def chat_examples(tokenizer, records: list[dict], max_length: int) -> list[tuple[list[int], int]]:
     """(token ids, number of prompt tokens) per record; the response (and its ``<|end|>``) is the loss region.
 
-    Prompt and response are tokenized separately and concatenated, as at generation time: the model reads the
-    prompt's tokens and then produces the response's. (Tokenizing the joined text would let BPE merge across the
-    boundary, e.g. the newline after ``<|assistant|>`` with a code response's indentation.) Records written by
-    ``specgen data regenerate`` carry the generated ``response_ids`` themselves, which are used as they are.
+    The prompt ends at ``<|assistant|>`` (a special token, so BPE never merges across it) and the response starts
+    with the newline that opens the assistant turn, so the ids are exactly those of the whole chat-formatted text
+    and the model produces the same tokens at generation time. Records written by ``specgen data regenerate`` carry
+    the generated ``response_ids`` themselves (newline included), which are used as they are.
     """
     prompts = tokenizer([format_chat(r["prompt"]) for r in records], add_special_tokens=False)["input_ids"]
     out = []
@@ -91,7 +91,7 @@ def chat_examples(tokenizer, records: list[dict], max_length: int) -> list[tuple
         if "response_ids" in record:
             response = list(record["response_ids"]) + ([tokenizer.eos_token_id] if record.get("finished") else [])
         else:
-            response = tokenizer(record["response"] + END_TOKEN, add_special_tokens=False)["input_ids"]
+            response = tokenizer("\n" + record["response"] + END_TOKEN, add_special_tokens=False)["input_ids"]
         if response:
             out.append(((prompt + response)[:max_length], len(prompt)))
     return [(ids, n_prompt) for ids, n_prompt in out if n_prompt < len(ids)]

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from .corpus import check_answer, read_jsonl
+from .corpus import check_answer, read_jsonl, response_text
 
 
 def _pick_records(records: list[dict], limit: int | None, seed: int) -> list[dict]:
@@ -48,7 +48,12 @@ def regenerate(args) -> None:
     if tokenizer.chat_template is None:
         raise ValueError(f"{args.target} has no chat template; regenerate needs one to format prompts")
     model = AutoModelForCausalLM.from_pretrained(args.target, dtype=getattr(torch, args.dtype)).to(args.device).eval()
-    records = _pick_records(read_jsonl(args.data), args.limit, args.seed)
+    records = read_jsonl(args.data)
+    if args.domains:
+        records = [r for r in records if r.get("domain") in args.domains]
+        if not records:
+            raise ValueError(f"{args.data} has no records of domains {args.domains}; check --domains")
+    records = _pick_records(records, args.limit, args.seed)
     jobs = [(record, False) for record in records]
     jobs += [(record, True) for record in records for _ in range(args.samples_per_prompt)]
     prompts = [tokenizer.apply_chat_template([{"role": "user", "content": r["prompt"]}], tokenize=False,
@@ -82,16 +87,17 @@ def regenerate(args) -> None:
                 else:
                     tokens = [t for t in tokens if t != tokenizer.pad_token_id]
                 record = jobs[i][0]
+                answer = response_text(tokenizer.decode(tokens))
                 handle.write(json.dumps({
                     "id": record.get("id"), "domain": record.get("domain"), "prompt": record["prompt"],
-                    "response": tokenizer.decode(tokens), "response_ids": tokens, "finished": finished,
+                    "response": answer, "response_ids": tokens, "finished": finished,
                     "sampled": sampled,
                 }, ensure_ascii=False) + "\n")
                 counts["sampled" if sampled else "greedy"] += 1
                 counts["finished"] += finished
                 if "answer" in record and not sampled:  # math problems: score the greedy answer
                     counts["graded"] += 1
-                    counts["correct"] += check_answer(record, tokenizer.decode(tokens))
+                    counts["correct"] += check_answer(record, answer)
             bar.update(len(batch))
     summary = dict(counts)
     if counts["graded"]:
@@ -105,6 +111,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--data", required=True, help="JSONL with 'prompt' (and 'domain') fields")
     parser.add_argument("--out", required=True, help="output JSONL of prompt/response records")
     parser.add_argument("--limit", type=int, default=None, help="at most this many prompts, domains balanced")
+    parser.add_argument("--domains", nargs="+", default=None, help="only records of these domains (e.g. code)")
     parser.add_argument("--samples-per-prompt", type=int, default=1,
                         help="sampled answers per prompt besides the greedy one (0: greedy only)")
     parser.add_argument("--temperature", type=float, default=0.8)

@@ -40,7 +40,7 @@ CHAT_TEMPLATE = (
     "{%- endif -%}"
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}"
-    "{{ '" + ASSISTANT_TOKEN + "\\n' }}"
+    "{{ '" + ASSISTANT_TOKEN + "' }}"
     "{%- endif -%}"
 )
 

@@ -74,7 +74,7 @@ reserved for DFlash drafters.
 
 The chat template's generation prompt ends with `<|assistant|>`: the model writes the newline that opens its answer
 itself, because the tokenizer merges that newline with a code answer's indentation. (A prompt ending in a lone newline
-token makes the model answer "Complete this function" requests in prose.) Decoded answers therefore start with `\n`.
+token makes the model answer "Complete this function" requests in prose.) Decoded answers therefore start with a newline.
 
 ## Training
 {log.get('steps')} steps of 16 x 512 tokens, {log.get('tokens_seen', 0) / 1e6:.1f}M tokens seen; {_fmt_settings(log)}.

@@ -88,4 +88,7 @@ step bench_eager $SPECGEN bench --methods autoregressive dflash classic hf-assis
   --repeats 3 --max-new-tokens 160 --out bench_results/tinyworld_eager
 step fly_sweep $SPECGEN bench --compile --fly-sweep --categories math --num-prompts 40 --repeats 1 --max-new-tokens 128 \
   --out bench_results/fly_sweep
+# fp32 check that the lossless methods' few bf16 differences from autoregressive decoding are rounding, not logic
+step bench_fp32 $SPECGEN bench --dtype fp32 --methods autoregressive classic eagle3 whiflash --num-prompts 8 \
+  --repeats 1 --max-new-tokens 160 --out bench_results/fp32_exactness
 step export $SPECGEN world export --runs "$RUN" --out hub_models --bench bench_results/tinyworld/results.json

@@ -27,6 +27,21 @@ def test_classic_greedy_equals_stock_fp32(family):
         assert out.tolist() == ref.tolist(), (family, case, k)
 
 
+def test_classic_equals_transformers_assisted_generation_with_the_same_draft_model():
+    # Both are lossless, so our engine and transformers' own assisted loop (generate(assistant_model=...) without
+    # speculative_mode) must return identical tokens for the same target and draft LM.
+    target = make_target("qwen3")
+    small = make_target("qwen3", seed=5, num_hidden_layers=1)
+    rng = random.Random(3)
+    for case in range(4):
+        prompt = random_prompt(rng, rng.randint(5, 80))
+        max_new = rng.randint(10, 50)
+        theirs = target.generate(prompt, assistant_model=small, max_new_tokens=max_new, do_sample=False)
+        ours = target.generate(prompt, assistant_model=small, speculative_mode="classic", num_draft_tokens=4,
+                               max_new_tokens=max_new, do_sample=False)
+        assert ours.tolist() == theirs.tolist(), case
+
+
 def test_target_as_its_own_draft_accepts_every_draft():
     target = make_target("qwen3")
     twin = copy.deepcopy(target)

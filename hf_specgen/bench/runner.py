@@ -334,8 +334,13 @@ def oracles(results: list[MethodResult], records: list[dict], block_size: int) -
     return found
 
 
+def has_compiled_baseline(methods: dict) -> bool:
+    """Whether a report's methods (summarize's output) carry the "vs compiled AR" ratio (a ``--compile`` run)."""
+    return any("speedup_vs_compiled_ar" in e for m in methods.values() for e in m["by_category"].values())
+
+
 def format_table(report: dict) -> str:
-    compiled = any("speedup_vs_compiled_ar" in e for m in report.values() for e in m["by_category"].values())
+    compiled = has_compiled_baseline(report)
     header = ["method", "category", "decode tok/s", "speedup", *(["vs compiled AR"] if compiled else []),
               "tau pooled", "tau mean", "same as AR", "accuracy", "recovery"]
     rows = []

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import torch
 
+from ..bench.runner import has_compiled_baseline
+
 TARGET, DRAFTER, DRAFT_LM = "specgen-tiny", "specgen-tiny-dflash-b16", "specgen-tiny-draft"
 EAGLE3, WHIFLASH = "specgen-tiny-eagle3", "specgen-tiny-whiflash"
 
@@ -258,7 +260,7 @@ def bench_table(bench: dict, prefixes: tuple[str, ...]) -> str:
     autoregressive decoding."""
     if not bench:
         return "(run `specgen bench` to measure)"
-    compiled = any("speedup_vs_compiled_ar" in e for m in bench["methods"].values() for e in m["by_category"].values())
+    compiled = has_compiled_baseline(bench["methods"])
     rows = ["| method | category | decode tok/s | speedup | " + ("vs compiled AR | " if compiled else "")
             + "tau pooled | tau mean |", "|---|---|---|---|" + ("---|" if compiled else "") + "---|---|"]
     for name, method in bench["methods"].items():

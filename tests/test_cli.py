@@ -74,8 +74,9 @@ def test_offline_quickstart_runs():
 
 
 def test_shipped_tiny_world_decodes_losslessly_and_its_drafters_accept(tmp_path, capsys):
-    """The committed hub_models/: the README's main job, and every shipped drafter accepting on held-out prompts."""
-    assert main(["compare", "--dtype", "fp32", "--max-new-tokens", "40"]) == 0
+    """The committed tiny world: its side-by-side comparison, and every shipped drafter accepting on held-out
+    prompts."""
+    assert main(["compare", "--target", "tiny", "--dtype", "fp32", "--max-new-tokens", "40"]) == 0
     out = capsys.readouterr().out
     assert out.count("[identical to autoregressive]") == 3 and "differs" not in out  # fp32: exact
     assert main(["bench", "--dtype", "fp32", "--num-prompts", "1", "--repeats", "1", "--max-new-tokens", "40",

@@ -396,3 +396,52 @@ def test_router_training_writes_a_whiflash_bundle(mini_world, trained_runs):
     out = target.generate(ids, assistant_model=bundle, speculative_mode="whiflash", eagle_top_k=2, eagle_depth=3,
                           eagle_total_tokens=5, max_new_tokens=16, do_sample=False)
     assert torch.equal(out, target.generate(ids, max_new_tokens=16, do_sample=False))
+
+
+def test_regenerate_resumes_after_a_kill_and_matches_an_uninterrupted_run(mini_world, tmp_path):
+    from hf_specgen.cli import main
+
+    args = ["data", "regenerate", "--target", str(mini_world / "target"), "--data", str(mini_world / "prompts.jsonl"),
+            "--max-new-tokens", "6", "--batch-size", "5", "--samples-per-prompt", "0", "--limit", "12"]
+    whole, cut = tmp_path / "whole.jsonl", tmp_path / "cut.jsonl"
+    main(args + ["--out", str(whole)])
+    lines = whole.read_text().splitlines(keepends=True)
+    assert len(lines) == 12
+    cut.write_text("".join(lines[:5]) + lines[5][: len(lines[5]) // 2])  # killed while writing the sixth answer
+    main(args + ["--out", str(cut)])
+    rows = lambda path: sorted((json.loads(x)["job"], json.loads(x)["response_ids"])  # noqa: E731
+                               for x in path.read_text().splitlines())
+    assert rows(cut) == rows(whole)  # each job once, the same answers
+    main(args + ["--out", str(cut)])  # a finished file: nothing is asked again
+    assert len(cut.read_text().splitlines()) == 12
+    main(args + ["--out", str(cut), "--no-resume", "--limit", "3"])
+    assert len(cut.read_text().splitlines()) == 3
+
+
+def test_chat_examples_use_the_exact_prompt_ids_of_a_real_chat_template(mini_world):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(mini_world / "target")
+    record = {"prompt": "ignored when prompt_ids are present", "prompt_ids": [5, 6, 7], "response_ids": [8, 9],
+              "finished": True}
+    plain = {"prompt": PROMPTS[0], "response": "It is 3."}
+    (ids, n_prompt), (plain_ids, plain_n) = chat_examples(tok, [record, plain], 64)
+    assert ids == [5, 6, 7, 8, 9, tok.eos_token_id] and n_prompt == 3
+    assert plain_ids[:plain_n] == tok(format_chat(PROMPTS[0]), add_special_tokens=False)["input_ids"]
+
+
+def test_training_softmax_over_the_seen_vocabulary_remaps_labels():
+    """--train-vocab seen: with every id kept the loss is the full-vocabulary loss; with a subset that holds every
+    label, the softmax has fewer competitors, so the loss can only drop."""
+    target = make_target("qwen3")
+    drafter = make_dflash(target, block_size=4, num_layers=1, layer_ids=[1, 2])
+    examples = [([5 + (i * 7 + j) % 200 for j in range(30)], 8) for i in range(3)]
+    batch = dt.build_anchor_batch(examples, 4, 16, 0, torch.Generator().manual_seed(0))
+    weights = dt.slot_weights(4, 2.0)
+    full, n = dt.dflash_loss(drafter, target, batch, weights, use_flex=False)
+    every_id, n_all = dt.dflash_loss(drafter, target, batch, weights, False, torch.arange(target.config.vocab_size))
+    assert torch.allclose(full, every_id, atol=1e-5) and n == n_all
+    seen = dt.seen_vocabulary(examples, target.config.vocab_size)
+    assert set(seen.tolist()) == {t for ids, _ in examples for t in ids}
+    subset, _ = dt.dflash_loss(drafter, target, batch, weights, False, seen)
+    assert subset < full

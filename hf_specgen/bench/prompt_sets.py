@@ -24,20 +24,27 @@ def _lines(name: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
+def _imports(source: str) -> str:
+    """The import lines of a HumanEval stub, which a completion that rewrites the function still needs."""
+    return "\n".join(line for line in source.splitlines() if line.startswith(("import ", "from ")))
+
+
 def load_prompt_set(name: str) -> list[dict]:
     if name == "tinyworld":
         return _lines("tinyworld.jsonl")
     if name == "humaneval":
-        return [{"id": r["task_id"], "category": "humaneval", "prompt": "Complete this function:\n" + r["prompt"].strip("\n")}
-                for r in _lines("HumanEval.jsonl.gz")]
+        return [{"id": r["task_id"], "category": "humaneval", "prompt": "Complete this function:\n" + r["prompt"].strip("\n"),
+                 "stub": r["prompt"], "stub_imports": _imports(r["prompt"]), "test": r["test"],
+                 "entry_point": r["entry_point"]} for r in _lines("HumanEval.jsonl.gz")]
     if name == "specbench":
         return [{"id": str(r["question_id"]), "category": "mt_bench" if r["category"] in MT_BENCH else r["category"],
                  "prompt": r["turns"][0]} for r in _lines("spec_bench_questions.jsonl")]
     raise ValueError(f"unknown prompt set {name!r}: choose one of {', '.join(PROMPT_SETS)}")
 
 
-def pick_prompts(names: list[str], per_category: int, seed: int = 0) -> list[dict]:
-    """``per_category`` prompts of every category of the given sets, in a seeded order."""
+def pick_prompts(names: list[str], per_category: int, seed: int = 0, skip_first: int = 0) -> list[dict]:
+    """``per_category`` prompts of every category of the given sets, in a seeded order, after the first
+    ``skip_first`` of that order (calibration skips the prompts a benchmark with the same seed uses)."""
     picked = []
     for name in names:
         by_category: dict[str, list[dict]] = {}
@@ -46,5 +53,5 @@ def pick_prompts(names: list[str], per_category: int, seed: int = 0) -> list[dic
         for category in sorted(by_category):
             rows = list(by_category[category])
             random.Random(f"{seed}-{category}").shuffle(rows)
-            picked += rows[:per_category]
+            picked += rows[skip_first: skip_first + per_category]
     return picked

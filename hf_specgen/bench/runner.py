@@ -46,13 +46,62 @@ class BenchModels:
     names: dict = field(default_factory=dict)
 
 
+# The model families shipped in hub_models/: a target and the drafters trained for it (folder names). The tiny world
+# needs nothing; the real target is a packaged model prepared once (``specgen prepare``, see hf_specgen/targets.py).
+WORLDS = {
+    "tiny": {"target": "specgen-tiny", "dflash": "specgen-tiny-dflash-b16", "draft_lm": "specgen-tiny-draft",
+             "eagle3": "specgen-tiny-eagle3", "whiflash": "specgen-tiny-whiflash", "prompts": ["tinyworld"],
+             "dtype": "bf16"},
+    "smollm2-135m-instruct": {"dflash": "smollm2-135m-instruct-dflash-b16", "eagle3": "smollm2-135m-instruct-eagle3",
+                              "whiflash": "smollm2-135m-instruct-whiflash", "prompts": ["specbench", "humaneval"],
+                              "compare_categories": ["humaneval", "math_reasoning", "mt_bench"],
+                              # CPUs without bf16 matrix units run a 16-token verify ~10x slower in bf16 than fp32
+                              "dtype": "fp32"},
+}
+REAL_WORLD = "smollm2-135m-instruct"
+
+
+def real_world_ready() -> bool:
+    """Whether the real target is prepared here and its DFlash drafter ships in hub_models/."""
+    from ..targets import is_prepared
+
+    return is_prepared(REAL_WORLD) and (hub_models_dir() / WORLDS[REAL_WORLD]["dflash"] / "config.json").exists()
+
+
+def resolve_world(args) -> str | None:
+    """Which shipped world the run uses for its defaults: the named packaged target, the tiny world when no target
+    is given (``specgen compare`` prefers the real target when it is ready), or None for a user's own target."""
+    if args.target in WORLDS:
+        return args.target
+    if args.target:
+        return None
+    if getattr(args, "command", None) == "compare" and real_world_ready():
+        return REAL_WORLD
+    return "tiny"
+
+
+def apply_world_defaults(args) -> str | None:
+    """Fill ``--prompts`` and ``--dtype`` left unset from the world's defaults; returns the world's name."""
+    world = None if args.synthetic else resolve_world(args)
+    defaults = WORLDS.get(world, {"prompts": ["tinyworld"], "dtype": "bf16"})
+    if args.prompts is None:
+        args.prompts = defaults["prompts"]
+        if getattr(args, "command", None) == "compare" and not args.categories:  # a few prompts to read side by side
+            args.categories = defaults.get("compare_categories")
+    if args.dtype == "auto":
+        args.dtype = "bf16" if args.device.startswith("cuda") else defaults["dtype"]
+    return world
+
+
 def load_models(args) -> BenchModels:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ..loading import load_drafter
     from ..mixin import enable
+    from ..targets import resolve_target
     from .models import synthetic_pair
 
+    world_name = apply_world_defaults(args)
     dtype = DTYPES[args.dtype]
     if args.synthetic:
         from ..models.whiflash import WhiFlash
@@ -61,25 +110,32 @@ def load_models(args) -> BenchModels:
         bundle = WhiFlash(ar=eagle, parallel=drafter, router="entropy")
         return BenchModels(target, None, drafter, draft_lm, synthetic=True, names={"target": f"random {args.synthetic}"},
                            eagle3=eagle, whiflash=bundle)
-    optional = lambda given, name: given or (world / name if not args.target and (world / name).exists() else None)  # noqa: E731
-    world = hub_models_dir()
-    target_path = args.target or world / "specgen-tiny"
-    drafter_path = args.drafter or (world / "specgen-tiny-dflash-b16" if not args.target else None)
-    draft_path = args.draft_model or (world / "specgen-tiny-draft" if not args.target else None)
-    if not args.target and not Path(target_path).exists():
-        raise SystemExit(f"The tiny world's models are not in {world}: pass --target/--drafter/--draft-model, "
+    folders = hub_models_dir()
+    world = WORLDS.get(world_name, {})
+
+    def shipped(role: str):
+        """The world's folder for a role, if it ships here (a user's own target has no defaults)."""
+        path = folders / world[role] if role in world else None
+        return path if path is not None and path.exists() else None
+
+    if world_name == "tiny" and shipped("target") is None:
+        raise SystemExit(f"The tiny world's models are not in {folders}: pass --target/--drafter/--draft-model, "
                          "or --synthetic tiny for random stand-ins.")
+    target_path = shipped("target") if world_name == "tiny" else resolve_target(args.target or world_name)
+    drafter_path = args.drafter or shipped("dflash")
+    draft_path = args.draft_model or shipped("draft_lm")
+    eagle_path = getattr(args, "eagle3", None) or shipped("eagle3")
+    whiflash_path = getattr(args, "whiflash", None) or shipped("whiflash")
     target = AutoModelForCausalLM.from_pretrained(target_path, dtype=dtype).to(args.device).eval()
     tokenizer = AutoTokenizer.from_pretrained(target_path)
     drafter = load_drafter(str(drafter_path), dtype=dtype).to(args.device).eval() if drafter_path else None
     draft_lm = (AutoModelForCausalLM.from_pretrained(draft_path, dtype=dtype).to(args.device).eval()
                 if draft_path else None)
-    eagle_path = optional(getattr(args, "eagle3", None), "specgen-tiny-eagle3")
-    whiflash_path = optional(getattr(args, "whiflash", None), "specgen-tiny-whiflash")
     eagle = load_drafter(str(eagle_path), dtype=dtype).to(args.device).eval() if eagle_path else None
     bundle = load_drafter(str(whiflash_path), dtype=dtype).to(args.device).eval() if whiflash_path else None
-    names = {"target": str(target_path), "dflash": str(drafter_path), "draft_lm": str(draft_path),
-             "eagle3": str(eagle_path), "whiflash": str(whiflash_path)}
+    names = {"target": world_name if world_name and world_name != "tiny" else str(target_path),
+             "dflash": str(drafter_path), "draft_lm": str(draft_path), "eagle3": str(eagle_path),
+             "whiflash": str(whiflash_path), "dtype": args.dtype}
     return BenchModels(enable(target), tokenizer, drafter, draft_lm, synthetic=False, names=names, eagle3=eagle,
                        whiflash=bundle)
 
@@ -96,7 +152,7 @@ def encode_prompts(models: BenchModels, args) -> tuple[list[torch.Tensor], list[
         ids = [torch.tensor([[rng.randrange(3, vocab - 1) for _ in range(rng.randint(16, 96))]], device=device)
                for _ in records]
         return ids, records
-    records = pick_prompts(args.prompts, args.num_prompts, args.seed)
+    records = pick_prompts(args.prompts, args.num_prompts, args.seed, getattr(args, "skip_first", 0))
     if args.categories:
         records = [r for r in records if r["category"] in args.categories]
         if not records:
@@ -192,9 +248,20 @@ def build_methods(models: BenchModels, args, longest_prompt: int = 0) -> list[tu
 
 def fly_sweep_methods(models: BenchModels, args, longest_prompt: int = 0) -> list[tuple[str, dict]]:
     """FLy's ablations (the seed's table) on the tiny world: window W, gate theta, MLA, against exact verification."""
-    if models.draft_lm is None:
-        raise SystemExit("--fly-sweep needs a draft LM (--draft-model, or the tiny world's)")
     stock, base = method_bases(args, longest_prompt)
+    if models.draft_lm is None:
+        if models.dflash is None:
+            raise SystemExit("--fly-sweep needs a draft LM or a DFlash drafter (--draft-model / --drafter)")
+        # No draft LM (the real target): FLy's gate and window swept over DFlash blocks.
+        block = max(args.block_sizes)
+        dflash = {**base, "assistant_model": models.dflash, "block_size": block}
+        methods = [("autoregressive", stock), (f"dflash b{block} (exact)", {**dflash, "speculative_mode": "dflash"})]
+        for label, extra in (("W=6 theta=0.3 (default)", {}), ("W=0", {"fly_window": 0}), ("W=4", {"fly_window": 4}),
+                             ("theta=0", {"fly_entropy_threshold": 0.0}),
+                             ("theta=0.6", {"fly_entropy_threshold": 0.6}),
+                             ("theta=1.0", {"fly_entropy_threshold": 1.0})):
+            methods.append((f"fly over dflash b{block} {label}", {**dflash, "speculative_mode": "fly", **extra}))
+        return methods
     lm = {**base, "assistant_model": models.draft_lm}
     methods = [("autoregressive", stock), ("classic k15 (exact)", {**lm, "speculative_mode": "classic",
                                                                   "num_draft_tokens": 15})]
@@ -266,6 +333,7 @@ def summarize(results: list[MethodResult], records: list[dict], tokenizer) -> di
     compiled_baseline = next((r for r in results if r.name == COMPILED_BASELINE), None)
     report = {}
     for result in results:
+        quality = row_quality(result, baseline, records, tokenizer)
         per_group = {}
         for group, rows in groups.items():
             sub, base = _subset(result, rows), _subset(baseline, rows)
@@ -287,11 +355,29 @@ def summarize(results: list[MethodResult], records: list[dict], tokenizer) -> di
                     check_answer(records[i], tokenizer.decode(baseline.sequences[i])) for i in answered)
                 # FLy's "recovery": task accuracy relative to the target alone on the same prompts.
                 entry["recovery"] = entry["accuracy"] / base_accuracy if base_accuracy else None
+            for measure, by_row in quality.items():
+                scored = [by_row[i] for i in rows if i in by_row]
+                if scored:
+                    entry[measure] = statistics.mean(scored)
             per_group[group] = entry
         report[result.name] = {"by_category": per_group, "time_split_seconds": result.time_split,
                                "distinct_4gram_share": distinct_ngram_share(result.sequences),
                                "switch_cost_share": result.switch_cost_share, **result.counters}
     return report
+
+
+def row_quality(result: MethodResult, baseline: MethodResult, records: list[dict], tokenizer) -> dict:
+    """Per prompt row: HumanEval pass@1 of the answer (problems with tests) and, on Spec-Bench's math questions,
+    whether the answer ends on the autoregressive answer's final number (bench/quality.py)."""
+    from .quality import final_number_agreement, humaneval_passes
+
+    if tokenizer is None:
+        return {}
+    decode = lambda seq: tokenizer.decode(seq, skip_special_tokens=True)  # noqa: E731
+    passes = {i: humaneval_passes(r, decode(result.sequences[i])) for i, r in enumerate(records) if "entry_point" in r}
+    agreement = {i: final_number_agreement(decode(result.sequences[i]), decode(baseline.sequences[i]))
+                 for i, r in enumerate(records) if r["category"] == "math_reasoning"}
+    return {"humaneval_pass_at_1": passes, "math_final_number_agreement": agreement}
 
 
 def single_drafter_runs(results: list[MethodResult], block_size: int):
@@ -342,7 +428,7 @@ def has_compiled_baseline(methods: dict) -> bool:
 def format_table(report: dict) -> str:
     compiled = has_compiled_baseline(report)
     header = ["method", "category", "decode tok/s", "speedup", *(["vs compiled AR"] if compiled else []),
-              "tau pooled", "tau mean", "same as AR", "accuracy", "recovery"]
+              "tau pooled", "tau mean", "same as AR", "accuracy", "recovery", "quality"]
     rows = []
     for name, method in report.items():
         for group, e in method["by_category"].items():
@@ -352,8 +438,19 @@ def format_table(report: dict) -> str:
                          f"{e['mean_tau']:.2f}" if e["mean_tau"] else "-",
                          f"{e['identical_to_autoregressive']}/{e['prompts']}",
                          f"{100 * e['accuracy']:.0f}%" if "accuracy" in e else "-",
-                         f"{100 * e['recovery']:.1f}%" if e.get("recovery") is not None else "-"])
+                         f"{100 * e['recovery']:.1f}%" if e.get("recovery") is not None else "-",
+                         _quality_cell(e)])
     return markdown_table(rows, header)
+
+
+def _quality_cell(entry: dict) -> str:
+    """HumanEval pass@1 and agreement with the autoregressive answer's final number on math, where measured."""
+    cells = []
+    if "humaneval_pass_at_1" in entry:
+        cells.append(f"pass@1 {100 * entry['humaneval_pass_at_1']:.0f}%")
+    if "math_final_number_agreement" in entry:
+        cells.append(f"same answer {100 * entry['math_final_number_agreement']:.0f}%")
+    return ", ".join(cells) or "-"
 
 
 def markdown_table(rows: list[list[str]], header: list[str]) -> str:
@@ -486,19 +583,25 @@ def save_report(report: dict, out_dir: Path) -> None:
         return
     methods = [m for m in report["methods"] if m != "autoregressive"]
     groups = list(next(iter(report["methods"].values()))["by_category"])
-    fig, axes = plt.subplots(1, 2, figsize=(max(8, 1.2 * len(groups) * len(methods) / 2 + 4), 4))
+    fig, axes = plt.subplots(1, 2, figsize=(min(16, max(8, 0.6 * len(groups) * len(methods) / 2 + 4)), 4.5))
     width = 0.8 / max(len(methods), 1)
     for j, name in enumerate(methods):
         cats = report["methods"][name]["by_category"]
         xs = [i + j * width for i in range(len(groups))]
-        axes[0].bar(xs, [cats[g]["speedup"] for g in groups], width, label=name)
-        axes[1].bar(xs, [cats[g]["pooled_tau"] or 0 for g in groups], width, label=name)
+        color = plt.cm.tab20(j % 20)  # one colour per method (the default cycle repeats after ten)
+        axes[0].bar(xs, [cats[g]["speedup"] for g in groups], width, label=name, color=color)
+        axes[1].bar(xs, [cats[g]["pooled_tau"] or 0 for g in groups], width, label=name, color=color)
     for ax, label in zip(axes, ("decode speedup vs autoregressive", "tau (tokens per verify round)")):
         ax.set_xticks([i + width * (len(methods) - 1) / 2 for i in range(len(groups))], groups)
         ax.set_ylabel(label)
+        ax.tick_params(axis="x", labelrotation=30, labelsize=8)
     axes[0].axhline(1.0, color="black", lw=0.8)
     axes[1].legend(fontsize=7)
-    fig.suptitle("random-weight stand-ins" if report["synthetic"] else report["models"].get("target", ""))
+    target_name = Path(str(report["models"].get("target", ""))).name
+    settings = report.get("settings", {})
+    fig.suptitle("random-weight stand-ins" if report["synthetic"] else
+                 f"{target_name}, {report['models'].get('dtype', settings.get('dtype', ''))}, "
+                 f"{settings.get('max_new_tokens', '?')} new tokens, {settings.get('repeats', '?')} repeats")
     fig.tight_layout()
     fig.savefig(out_dir / "speedup.png", dpi=120)
     plt.close(fig)
@@ -510,11 +613,14 @@ def save_report(report: dict, out_dir: Path) -> None:
 
 def _plot_recovery(report: dict, path: Path, plt) -> bool:
     """Speedup against accuracy recovery (math prompts), one point per method: FLy's trade-off at a glance."""
-    points = []
+    points, measure = [], "accuracy recovery on math (%)"
     for name, method in report["methods"].items():
         entry = method["by_category"].get("math") or method["by_category"].get("all") or {}
         if entry.get("recovery") is not None:
             points.append((name, entry["speedup"], 100 * entry["recovery"]))
+        elif "math_final_number_agreement" in entry:  # a real target: same final answer as the target alone
+            measure = "same final number as the target on math (%)"
+            points.append((name, entry["speedup"], 100 * entry["math_final_number_agreement"]))
     if len(points) < 2:
         return False
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -523,7 +629,7 @@ def _plot_recovery(report: dict, path: Path, plt) -> bool:
         ax.annotate(name, (speedup, recovery), fontsize=7, xytext=(3, 3), textcoords="offset points")
     ax.axhline(99, color="grey", lw=0.8, ls="--")
     ax.set_xlabel("decode speedup vs autoregressive")
-    ax.set_ylabel("accuracy recovery on math (%)")
+    ax.set_ylabel(measure)
     ax.set_title("exact (blue) vs FLy (red, lossy)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -153,13 +153,33 @@ def drafter_block_states(drafter: DFlashDraftModel, target, batch: AnchorBatch, 
     return drafter(noise_embedding=noise, target_hidden=taps, position_ids=position_ids, attention_mask=mask)
 
 
+def seen_vocabulary(examples: list[tuple[list[int], int]], vocab_size: int) -> torch.Tensor:
+    """[V'] sorted ids of every token in the data (prompts and answers): the softmax of ``--train-vocab seen``."""
+    seen = torch.zeros(vocab_size, dtype=torch.bool)
+    for ids, _ in examples:
+        seen[torch.tensor(ids)] = True
+    return torch.nonzero(seen).flatten()
+
+
 def dflash_loss(drafter: DFlashDraftModel, target, batch: AnchorBatch, weights: torch.Tensor,
-                use_flex: bool) -> tuple[torch.Tensor, int]:
-    """Slot-weighted cross entropy of all blocks; returns (loss, number of scored slots)."""
+                use_flex: bool, train_vocab: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
+    """Slot-weighted cross entropy of all blocks; returns (loss, number of scored slots).
+
+    ``train_vocab`` [V'] restricts the softmax to these token ids (every label must be one of them). On a CPU the
+    lm_head product over a 49k vocabulary is most of a step; the tokens a target never wrote in the data only need to
+    stay unlikely, and the offline tau (full lm_head, as at inference) checks that they do.
+    """
     hidden = drafter_block_states(drafter, target, batch, use_flex)
-    logits = target.lm_head(hidden).float()  # [M, A*B, V]; lm_head is frozen but passes gradients to the drafter
     m, rows = hidden.shape[:2]
     labels = batch.labels.to(hidden.device).view(m, rows)
+    if train_vocab is None:
+        logits = target.lm_head(hidden).float()  # [M, A*B, V]; lm_head is frozen but passes gradients to the drafter
+    else:
+        train_vocab = train_vocab.to(hidden.device)
+        logits = F.linear(hidden, target.lm_head.weight[train_vocab]).float()  # [M, A*B, V']
+        position = torch.full((target.lm_head.weight.shape[0],), -100, dtype=torch.long, device=hidden.device)
+        position[train_vocab] = torch.arange(len(train_vocab), device=hidden.device)
+        labels = torch.where(labels == -100, labels, position[labels.clamp(min=0)])
     token_loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1), ignore_index=-100,
                                  reduction="none").view(m, rows)
     slot_weight = weights.to(hidden.device).repeat(rows // weights.shape[0])[None] * (labels != -100)  # [M, A*B]
@@ -231,10 +251,12 @@ def train_dflash(args) -> dict:
         return build_anchor_batch([train[i] for i in picks], args.block_size, args.max_anchors,
                                   tokenizer.pad_token_id, generator)
 
+    train_vocab = seen_vocabulary(examples, target.config.vocab_size) if args.train_vocab == "seen" else None
+
     def loss_fn(model, batch):
         if target.device != next(model.parameters()).device:
             target.to(next(model.parameters()).device)
-        return dflash_loss(model, target, batch, weights, use_flex)
+        return dflash_loss(model, target, batch, weights, use_flex, train_vocab)
 
     def evaluate(model):
         return offline_acceptance(model, target, heldout, tokenizer.pad_token_id)
@@ -246,6 +268,7 @@ def train_dflash(args) -> dict:
                                  "heldout_sequences": len(heldout), "gamma": gamma, "max_anchors": args.max_anchors,
                                  "anchor_budget": args.anchor_budget, "init_from": args.init_from,
                                  "attention": "flex" if use_flex else "dense",
+                                 "train_vocab": len(train_vocab) if train_vocab is not None else "all",
                                  "drafter_parameters": sum(p.numel() for p in drafter.parameters())})
     drafter.save_pretrained(out_dir / "model")
     print(json.dumps({k: v for k, v in log.items() if k != "history"}, indent=2))
@@ -270,6 +293,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--anchor-budget", type=int, default=None,
                         help="instead of a fixed batch size: group answers of similar length, about this many "
                              "anchors per step (data with short and long answers mixed)")
+    parser.add_argument("--train-vocab", default="all", choices=["all", "seen"],
+                        help="softmax over the whole vocabulary (default), or only over tokens present in the data "
+                             "(a CPU saving for large vocabularies; inference always uses the full lm_head)")
     parser.add_argument("--init-from", default=None, help="start from this trained drafter (fine-tune, new data)")
     parser.add_argument("--heldout", type=int, default=64, help="sequences kept out for the offline tau estimate")
     add_run_arguments(parser, lr=6e-4)

@@ -83,9 +83,14 @@ def chat_examples(tokenizer, records: list[dict], max_length: int) -> list[tuple
     The prompt ends at ``<|assistant|>`` (a special token, so BPE never merges across it) and the response starts
     with the newline that opens the assistant turn, so the ids are exactly those of the whole chat-formatted text
     and the model produces the same tokens at generation time. Records written by ``specgen data regenerate`` carry
-    the generated ``response_ids`` themselves (newline included), which are used as they are.
+    the generated ``response_ids`` themselves (newline included), which are used as they are, and, when the target has
+    its own chat template (a real instruct model), the exact ``prompt_ids`` too.
     """
-    prompts = tokenizer([format_chat(r["prompt"]) for r in records], add_special_tokens=False)["input_ids"]
+    templated = [r for r in records if "prompt_ids" not in r]
+    encoded = iter(tokenizer([format_chat(r["prompt"]) for r in templated], add_special_tokens=False)["input_ids"]
+                   if templated else [])
+    # Records of any target's own chat template carry the exact prompt ids it was asked with.
+    prompts = [list(r["prompt_ids"]) if "prompt_ids" in r else next(encoded) for r in records]
     out = []
     for record, prompt in zip(records, prompts):
         if "response_ids" in record:

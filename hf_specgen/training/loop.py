@@ -76,6 +76,9 @@ def load_frozen_target(path):
     """(tokenizer, target) for drafter training: fp32, eval mode, no gradients."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from ..targets import resolve_target
+
+    path = resolve_target(str(path))
     target = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     target.requires_grad_(False)
     return AutoTokenizer.from_pretrained(path), target

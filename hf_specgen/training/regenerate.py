@@ -3,13 +3,16 @@
 Drafters learn to predict *the target's* continuation, not the dataset's (DFlash, EAGLE and classic draft LMs all
 train on target-regenerated responses). Each prompt is answered greedily and, with ``--samples-per-prompt``, also by
 temperature sampling, so the drafter sees the target's sampled behaviour too. Prompts are batched by length with left
-padding through stock ``generate``.
+padding through stock ``generate``. Each record keeps the exact prompt and answer token ids, so training sees the
+tokens the target saw and wrote (any chat template). Answers are appended batch by batch and a rerun resumes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -38,11 +41,73 @@ def _pick_records(records: list[dict], limit: int | None, seed: int) -> list[dic
     return picked
 
 
+def _job_key(record: dict, sample_index: int) -> str:
+    """Names one answer to write: the record's id (or, without one, a digest of its prompt) and which sample."""
+    name = record.get("id") or hashlib.sha1(record["prompt"].encode()).hexdigest()[:16]
+    return f"{name}#{'greedy' if sample_index < 0 else f'sample{sample_index}'}"
+
+
+def _read_finished(out_path: Path) -> list[dict]:
+    """Records already written by an interrupted run; a torn last line (the process was killed mid-write) is cut."""
+    if not out_path.exists():
+        return []
+    rows, good_bytes = [], 0
+    with open(out_path, "rb") as handle:
+        for line in handle:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                break
+            good_bytes += len(line)
+    with open(out_path, "r+b") as handle:
+        handle.truncate(good_bytes)
+    return rows
+
+
+def is_correct(record: dict, answer: str) -> bool:
+    """Grade a math answer: the tiny world's strict ``#### N`` marker, or, for records marked
+    ``answer_format="last_number"`` (GSM8K asked of a real instruct model), the last number in the text."""
+    if record.get("answer_format") == "last_number":
+        value = last_number(answer)
+        return value is not None and abs(value - float(record["answer"])) < 1e-6
+    return check_answer(record, answer)
+
+
+def last_number(text: str) -> float | None:
+    numbers = re.findall(r"-?\d[\d,]*(?:\.\d+)?", text)
+    if not numbers:
+        return None
+    try:
+        return float(numbers[-1].replace(",", "").rstrip("."))
+    except ValueError:
+        return None
+
+
+def _summarize(rows: list[dict], records_by_id: dict) -> dict:
+    counts: Counter[str] = Counter()
+    for row in rows:
+        counts["sampled" if row["sampled"] else "greedy"] += 1
+        counts["finished"] += row["finished"]
+        record = records_by_id.get(row["id"], {})
+        if "answer" in record and not row["sampled"]:  # math problems: score the greedy answer
+            counts["graded"] += 1
+            counts["correct"] += is_correct(record, row["response"])
+    summary = dict(counts)
+    if counts["graded"]:
+        summary["greedy_accuracy"] = counts["correct"] / counts["graded"]
+    return summary
+
+
 @torch.no_grad()
 def regenerate(args) -> None:
+    """Answer every prompt (greedy, plus sampled answers), appending to ``--out``; an interrupted run resumes where it
+    stopped (answers already in the file are kept and not asked again) unless ``--no-resume``."""
     torch.manual_seed(args.seed)
     if args.threads:
         torch.set_num_threads(args.threads)
+    from ..targets import resolve_target
+
+    args.target = resolve_target(args.target)
     tokenizer = AutoTokenizer.from_pretrained(args.target)
     tokenizer.padding_side = "left"
     if tokenizer.chat_template is None:
@@ -54,25 +119,32 @@ def regenerate(args) -> None:
         if not records:
             raise ValueError(f"{args.data} has no records of domains {args.domains}; check --domains")
     records = _pick_records(records, args.limit, args.seed)
-    jobs = [(record, False) for record in records]
-    jobs += [(record, True) for record in records for _ in range(args.samples_per_prompt)]
+    out_path = Path(args.out)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    if args.no_resume and out_path.exists():
+        out_path.unlink()
+    finished_rows = _read_finished(out_path)
+    done = {row["job"] for row in finished_rows if "job" in row}
+    jobs = [(record, -1) for record in records]
+    jobs += [(record, k) for record in records for k in range(args.samples_per_prompt)]
+    jobs = [job for job in jobs if _job_key(*job) not in done]
     prompts = [tokenizer.apply_chat_template([{"role": "user", "content": r["prompt"]}], tokenize=False,
                                              add_generation_prompt=True) for r, _ in jobs]
-    lengths = [len(ids) for ids in tokenizer(prompts, add_special_tokens=False)["input_ids"]]
+    prompt_ids = tokenizer(prompts, add_special_tokens=False)["input_ids"] if prompts else []
+    lengths = [len(ids) for ids in prompt_ids]
     # Group greedy and sampled jobs separately (different generate arguments), each sorted by prompt length.
     batches = []
     for sampled in (False, True):
-        group = sorted((i for i in range(len(jobs)) if jobs[i][1] == sampled), key=lambda i: lengths[i])
+        group = sorted((i for i in range(len(jobs)) if (jobs[i][1] >= 0) == sampled), key=lambda i: lengths[i])
         batches += [group[i: i + args.batch_size] for i in range(0, len(group), args.batch_size)]
 
     from tqdm.auto import tqdm
 
-    out_path = Path(args.out)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    counts: Counter[str] = Counter()
-    with open(out_path, "w", encoding="utf-8") as handle, tqdm(total=len(jobs), desc="regenerating", unit="resp") as bar:
+    total = len(jobs) + len(done)
+    with open(out_path, "a", encoding="utf-8") as handle, \
+            tqdm(total=total, initial=len(done), desc="regenerating", unit="resp") as bar:
         for batch in batches:
-            sampled = jobs[batch[0]][1]
+            sampled = jobs[batch[0]][1] >= 0
             enc = tokenizer([prompts[i] for i in batch], return_tensors="pt", padding=True,
                             add_special_tokens=False).to(model.device)
             kwargs = dict(do_sample=True, temperature=args.temperature, top_p=args.top_p) if sampled else dict(
@@ -84,30 +156,24 @@ def regenerate(args) -> None:
                 finished = tokenizer.eos_token_id in tokens
                 if finished:
                     tokens = tokens[: tokens.index(tokenizer.eos_token_id)]
-                else:
+                elif tokenizer.pad_token_id != tokenizer.eos_token_id:
                     tokens = [t for t in tokens if t != tokenizer.pad_token_id]
                 record = jobs[i][0]
-                answer = response_text(tokenizer.decode(tokens))
                 handle.write(json.dumps({
-                    "id": record.get("id"), "domain": record.get("domain"), "prompt": record["prompt"],
-                    "response": answer, "response_ids": tokens, "finished": finished,
-                    "sampled": sampled,
+                    "id": record.get("id"), "job": _job_key(*jobs[i]), "domain": record.get("domain"),
+                    "prompt": record["prompt"], "response": response_text(tokenizer.decode(tokens)),
+                    "prompt_ids": prompt_ids[i], "response_ids": tokens, "finished": finished, "sampled": sampled,
                 }, ensure_ascii=False) + "\n")
-                counts["sampled" if sampled else "greedy"] += 1
-                counts["finished"] += finished
-                if "answer" in record and not sampled:  # math problems: score the greedy answer
-                    counts["graded"] += 1
-                    counts["correct"] += check_answer(record, answer)
+            handle.flush()  # a killed run loses at most the batch in flight
             bar.update(len(batch))
-    summary = dict(counts)
-    if counts["graded"]:
-        summary["greedy_accuracy"] = counts["correct"] / counts["graded"]
+    summary = _summarize(_read_finished(out_path), {r.get("id"): r for r in records})
     Path(str(out_path) + ".summary.json").write_text(json.dumps(summary, indent=2))
     print(f"wrote {out_path}: {summary}")
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--target", required=True, help="target model folder (with its tokenizer and chat template)")
+    parser.add_argument("--target", required=True,
+                        help="target model folder (with its tokenizer and chat template), or a packaged target's name")
     parser.add_argument("--data", required=True, help="JSONL with 'prompt' (and 'domain') fields")
     parser.add_argument("--out", required=True, help="output JSONL of prompt/response records")
     parser.add_argument("--limit", type=int, default=None, help="at most this many prompts, domains balanced")
@@ -122,3 +188,4 @@ def add_arguments(parser) -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-resume", action="store_true", help="start over instead of adding to an existing --out")

@@ -1,0 +1,177 @@
+"""``specgen world export --world smollm2-135m-instruct``: the real target's drafters as Hub folders with cards.
+
+The target itself is not exported (it is the packaged SmolLM2-135M-Instruct, prepared by ``specgen prepare``); its
+drafters are, each loadable with ``hf_specgen.load_drafter`` and with ``AutoModel.from_pretrained(...,
+trust_remote_code=True)`` in a process without hf_specgen. Weights in bf16 (half the size; they load in any dtype).
+Every figure in a card is read from the build's own logs and benchmark, next to the command that produced it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from .export import _commands, _fmt_settings, _front_matter, _read, bench_table
+
+WORLD = "smollm2-135m-instruct"
+BASE_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+DFLASH, EAGLE3, WHIFLASH = f"{WORLD}-dflash-b16", f"{WORLD}-eagle3", f"{WORLD}-whiflash"
+BUILD = "scripts/build_smollm2.sh"
+
+USAGE = '''```python
+import hf_specgen
+
+target, tokenizer = hf_specgen.load_target("{world}")  # first use: prepares the packaged target
+assistant = hf_specgen.load_drafter("hub_models/{folder}")
+messages = [{{"role": "user", "content": "Write a Python function that checks whether a string is a palindrome."}}]
+input_ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
+                                          return_dict=True)["input_ids"]
+out = target.generate(input_ids, assistant_model=assistant, speculative_mode="{mode}", max_new_tokens=48,
+                      do_sample=False, return_dict_in_generate=True)
+print(tokenizer.decode(out.sequences[0, input_ids.shape[1]:], skip_special_tokens=True))
+print("tokens per round:", out.speculative_stats.acceptance_lengths)
+```'''
+
+
+def _usage(folder: str, mode: str) -> str:
+    return USAGE.format(world=WORLD, folder=folder, mode=mode)
+
+
+def _remote_code_note(folder: str) -> str:
+    return (f"Without hf_specgen: `AutoModel.from_pretrained(\"hub_models/{folder}\", trust_remote_code=True)` loads "
+            "it from the modeling file in this folder, which imports only torch and transformers.")
+
+
+def _data_line(runs: Path) -> str:
+    summary = _read(runs / "regen.jsonl.summary.json")
+    return (f"{summary.get('greedy', 0)} greedy answers of the target (fp32, chat template, at most 192 new tokens; "
+            f"{summary.get('finished', 0)} finished before the limit) to training prompts that share nothing with "
+            "the benchmark prompts: GSM8K training problems, requests built from documented functions and classes of "
+            "the Python standard library, and general instructions from this project's templates "
+            "(`hf_specgen/training/instructions.py`)")
+
+
+def dflash_card(runs: Path, bench: dict) -> str:
+    log = _read(runs / "dflash" / "log.json")
+    cmds = _commands(runs)
+    ev = log.get("eval", {})
+    return _front_matter(library_name="transformers", license="apache-2.0", base_model=BASE_MODEL,
+                         pipeline_tag="text-generation",
+                         tags=["hf_specgen", "dflash", "speculative-decoding", "smollm2"]) + f"""
+# {DFLASH}
+
+A DFlash block-diffusion drafter for [SmolLM2-135M-Instruct](https://huggingface.co/{BASE_MODEL}): block 16,
+{log.get('drafter_parameters', 0) / 1e6:.1f}M parameters (2 decoder layers of the target's width), reading 4 of the
+target's layers (`dflash_config.target_layer_ids` in `config.json`) and borrowing its embedding and lm_head. One
+forward drafts 15 tokens; the target verifies them in one forward, so the output is exactly the target's. z-lab's
+checkpoint format (`DFlashDraftModel`, `dflash.py`, `auto_map`). {_remote_code_note(DFLASH)}
+
+{_usage(DFLASH, "dflash")}
+
+## Training
+{_data_line(runs)}. The DFlash paper's recipe (random anchors in the answers, block mask, slot k weighted
+exp(-(k-1)/{log.get('gamma')}), frozen target embedding and lm_head), in fp32 on one CPU thread:
+{log.get('steps')} steps, {log.get('train_minutes', 0):.0f} minutes, about {log.get('anchor_budget')} anchors per step
+grouped by answer length; the softmax runs over the {log.get('train_vocab')} tokens present in the data (a CPU
+saving; inference uses the full lm_head); {_fmt_settings(log)}. Offline tau afterwards (teacher-forced, full lm_head,
+{log.get('heldout_sequences')} held-out answers, {ev.get('blocks_judged', 0)} blocks): **{ev.get('offline_tau', 0):.2f}**.
+
+```
+{cmds.get('regenerate', '')}
+{cmds.get('dflash', '')}
+```
+
+## Decoding results
+{bench_table(bench, ('dflash', 'hf dflash'))}
+"""
+
+
+def eagle3_card(runs: Path, bench: dict) -> str:
+    log = _read(runs / "eagle3" / "log.json")
+    cmds = _commands(runs)
+    return _front_matter(library_name="transformers", license="apache-2.0", base_model=BASE_MODEL,
+                         pipeline_tag="text-generation",
+                         tags=["hf_specgen", "eagle3", "speculative-decoding", "smollm2"]) + f"""
+# {EAGLE3}
+
+An EAGLE-3 drafter for [SmolLM2-135M-Instruct](https://huggingface.co/{BASE_MODEL}):
+{log.get('drafter_parameters', 0) / 1e6:.1f}M parameters, one decoder layer reading the target's hidden states at
+three depths, its own lm_head over a {log.get('draft_vocab_size')}-token draft vocabulary (`d2t`/`t2d`), the target's
+embedding. EAGLE layout (`midlayer.*`). Drafts a dynamic tree (`speculative_mode="eagle3"`) or a chain
+(`eagle_top_k=1`); used alone and inside [WhiFlash](../{WHIFLASH}). {_remote_code_note(EAGLE3)}
+
+{_usage(EAGLE3, "eagle3")}
+
+## Training
+{_data_line(runs)}. Training-time test with {log.get('ttt_steps')} unrolled steps, fp32 on one CPU thread:
+{log.get('steps')} steps, {log.get('train_minutes', 0):.0f} minutes; {_fmt_settings(log)}.
+
+```
+{cmds.get('regenerate', '')}
+{cmds.get('eagle3', '')}
+```
+
+## Decoding results
+{bench_table(bench, ('eagle3',))}
+"""
+
+
+def whiflash_card(runs: Path, bench: dict) -> str:
+    log = _read(runs / "whiflash" / "router_run" / "log.json")
+    config = _read(runs / "whiflash" / "config.json")
+    cmds = _commands(runs)
+    return _front_matter(library_name="transformers", license="apache-2.0", base_model=BASE_MODEL,
+                         pipeline_tag="text-generation",
+                         tags=["hf_specgen", "whiflash", "speculative-decoding", "smollm2"]) + f"""
+# {WHIFLASH}
+
+WhiFlash for [SmolLM2-135M-Instruct](https://huggingface.co/{BASE_MODEL}): every round a router picks the
+[EAGLE-3](../{EAGLE3}) or the [DFlash](../{DFLASH}) drafter for the next round; the output is the target's own
+whatever it picks. One self-contained folder: both drafters, the neural router (an MLP on the target's final-layer
+state predicting AL_eagle - AL_dflash, threshold {config.get('neural_threshold')}) and the entropy thresholds per
+prompt category calibrated by `specgen calibrate` ({config.get('entropy_thresholds')}). {_remote_code_note(WHIFLASH)}
+
+{_usage(WHIFLASH, "whiflash")}
+
+## Router training
+Both drafters drafted from each of {log.get('positions')} positions of the target's greedy answers
+({log.get('sequences')} sequences): mean accepted length of the EAGLE-3 chain (depth {log.get('eagle_depth')})
+{log.get('mean_al_eagle', 0):.2f}, of DFlash {log.get('mean_al_dflash', 0):.2f}, of a per-position oracle
+{log.get('oracle_token_al', 0):.2f}. MSE, {log.get('steps')} steps; {_fmt_settings(log)}. Calibration prompts are
+Spec-Bench / HumanEval prompts that the benchmark below never uses.
+
+```
+{cmds.get('router', '')}
+{cmds.get('calibrate', '')}
+```
+
+## Decoding results
+{bench_table(bench, ('whiflash', 'eagle3', 'dflash'))}
+"""
+
+
+def export_real_world(runs: str | Path, out: str | Path, bench_json: str | Path | None = None) -> list[str]:
+    from ..loading import load_drafter
+    from ..models.dflash import DFlashDraftModel
+
+    runs, out = Path(runs), Path(out)
+    bench = _read(Path(bench_json)) if bench_json else {}
+    if bench:
+        bench["command"] = _commands(runs).get("bench", "specgen bench")
+    exported = []
+    if (runs / "dflash" / "model").exists():
+        DFlashDraftModel.from_pretrained(runs / "dflash" / "model", dtype=torch.bfloat16).save_pretrained(out / DFLASH)
+        (out / DFLASH / "README.md").write_text(dflash_card(runs, bench))
+        exported.append(DFLASH)
+    if (runs / "eagle3" / "model").exists():
+        load_drafter(str(runs / "eagle3" / "model"), dtype=torch.bfloat16).save_pretrained(out / EAGLE3)
+        (out / EAGLE3 / "README.md").write_text(eagle3_card(runs, bench))
+        exported.append(EAGLE3)
+    if (runs / "whiflash" / "config.json").exists():
+        # Self-contained (both drafters inside): loads with trust_remote_code alone, from any copy of the folder.
+        load_drafter(str(runs / "whiflash"), dtype=torch.bfloat16).save_pretrained(out / WHIFLASH)
+        (out / WHIFLASH / "README.md").write_text(whiflash_card(runs, bench))
+        exported.append(WHIFLASH)
+    print(f"exported {', '.join(exported) or 'nothing (no trained model in ' + str(runs) + ')'} to {out}")
+    return exported

@@ -1,0 +1,202 @@
+"""Training prompts for drafters of a real instruct target: math, code and general instructions.
+
+Drafters learn from the target's own answers to these prompts (``specgen data regenerate``), so the prompts only
+need to cover what users ask; their quality matters less than their spread. Three sources, none shared with a
+benchmark prompt (``tests/test_instructions.py`` proves the sets are disjoint):
+
+- math: GSM8K's *training* problems (shipped in ``data/gsm8k_train.jsonl.gz``, MIT). Spec-Bench's math prompts are
+  GSM8K *test* problems.
+- code: requests built from documented functions and classes of the Python standard library installed here (their
+  names, signatures and docstring summaries), in several phrasings.
+- general: requests written by this module from templates and word lists (explanations, advice, short writing,
+  comparisons, summaries and questions over standard-library module descriptions).
+
+Every record is ``{"id", "domain", "prompt"}`` (math records also carry ``answer``, the number after ``####``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib
+import inspect
+import json
+import random
+import re
+import warnings
+from importlib import resources
+
+# Pure-Python standard-library modules with useful docstrings; importing them has no side effects.
+CODE_MODULES = (
+    "bisect", "heapq", "textwrap", "string", "statistics", "fractions", "itertools", "functools", "collections",
+    "os.path", "posixpath", "shutil", "glob", "fnmatch", "json", "csv", "base64", "binascii", "hashlib", "hmac",
+    "random", "math", "cmath", "decimal", "datetime", "calendar", "time", "difflib", "re", "shlex", "urllib.parse",
+    "html", "ipaddress", "uuid", "secrets", "copy", "pprint", "operator", "keyword", "zlib", "gzip", "tarfile",
+    "zipfile", "tempfile", "pathlib", "configparser", "argparse", "logging", "enum", "dataclasses", "typing",
+    "contextlib", "abc", "numbers", "struct", "codecs", "unicodedata", "locale", "gettext", "email.utils",
+    "mimetypes", "quopri", "colorsys", "wave", "sched", "queue", "threading", "weakref", "types", "inspect",
+    "tokenize", "ast", "dis", "traceback", "warnings", "filecmp", "stat", "platform", "sysconfig", "http.cookies",
+    "xml.sax.saxutils", "graphlib", "reprlib", "zoneinfo", "linecache", "getopt", "optparse", "plistlib",
+)
+
+CODE_TEMPLATES = (
+    "Write a Python function `{name}{signature}` that does the following: {summary}",
+    "Implement `{name}{signature}` in Python. {summary} Include a docstring.",
+    "Write a Python function named {name}. {summary} Give a short example of calling it.",
+    "Explain what Python's `{module}.{name}` does and show a short example of using it.",
+    "How would you write `{name}{signature}` from scratch in Python? It should do this: {summary}",
+)
+CLASS_TEMPLATES = (
+    "Write a small Python class `{name}`: {summary}",
+    "Explain the purpose of `{module}.{name}` in Python's standard library and show how to use it.",
+)
+
+TOPICS = (
+    "photosynthesis", "the water cycle", "black holes", "inflation", "compound interest", "vaccines", "plate tectonics",
+    "machine learning", "the internet", "encryption", "climate change", "the French Revolution", "democracy",
+    "supply and demand", "gravity", "electric cars", "renewable energy", "the immune system", "sleep", "volcanoes",
+    "the Roman Empire", "recycling", "social media", "the stock market", "DNA", "the moon landing", "rainbows",
+    "earthquakes", "coral reefs", "the printing press", "solar panels", "antibiotics", "bees", "the human heart",
+    "tides", "cloud computing", "open source software", "the Olympic Games", "coffee", "chess",
+)
+ACTIVITIES = (
+    "learning a new language", "staying focused while studying", "running a first marathon", "saving money",
+    "cooking for a large group", "starting a vegetable garden", "writing a cover letter", "giving a presentation",
+    "traveling on a budget", "keeping a houseplant alive", "learning to code", "sleeping better", "moving to a new city",
+    "preparing for a job interview", "reducing screen time", "training a puppy", "organizing a small office",
+    "planning a birthday party", "taking better photos", "making friends at a new school",
+)
+THINGS = (
+    "working from home", "electric scooters", "public transport", "online shopping", "nuclear power", "e-books",
+    "living in a big city", "homeschooling", "social networks", "self-driving cars", "fast food", "smartwatches",
+    "open-plan offices", "learning with videos", "renting an apartment", "a four-day work week",
+)
+PEOPLE = ("a colleague", "my manager", "a new customer", "my landlord", "a teacher", "a friend I have not seen in years",
+          "the city council", "a job applicant", "my neighbour", "a hotel")
+SUBJECTS = ("a delayed project", "a meeting next week", "a broken heater", "thanks for their help", "a schedule change",
+            "a refund request", "a volunteering event", "a new product launch", "a noisy party", "a job offer")
+SUBJECTS_CREATIVE = ("the ocean", "autumn leaves", "a lighthouse", "a quiet city at night", "the first snow", "a robot",
+                     "an old bookshop", "a mountain village", "a lost umbrella", "the last train home")
+GENERAL_TEMPLATES = (
+    ("Explain {topic} in simple terms.", "topic"),
+    ("Write a short paragraph about {topic}.", "topic"),
+    ("What are three interesting facts about {topic}?", "topic"),
+    ("How would you explain {topic} to a ten-year-old?", "topic"),
+    ("Give me three tips for {activity}.", "activity"),
+    ("What is a good plan for {activity}? Answer in a few steps.", "activity"),
+    ("What are the main advantages and disadvantages of {thing}?", "thing"),
+    ("Write a short persuasive argument for {thing}.", "thing"),
+    ("Write a short email to {person} about {subject}.", "person_subject"),
+    ("Write a short poem about {creative}.", "creative"),
+    ("Write the opening paragraph of a story about {creative}.", "creative"),
+    ("Compare {topic} and {topic2}: how are they alike and how do they differ?", "two_topics"),
+    ("Summarize the following text in two sentences:\n\n{passage}", "passage"),
+    ("Read this description and answer the question.\n\n{passage}\n\nQuestion: What is the module `{module}` used "
+     "for?", "passage"),
+)
+
+
+def _summary(doc: str | None) -> str | None:
+    """The first sentence of a docstring, if it reads as English prose (not a signature or a one-word stub)."""
+    if not doc:
+        return None
+    first = " ".join(doc.strip().split("\n\n")[0].split())
+    first = re.split(r"(?<=[.!?])\s", first)[0]
+    if len(first.split()) < 4 or len(first) > 300 or "(" in first[:20] or ">>>" in first:
+        return None
+    return first if first.endswith((".", "!", "?")) else first + "."
+
+
+def _public_members(module_name: str):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            module = importlib.import_module(module_name)
+        except Exception:  # a module missing from this build of Python
+            return
+    for name, member in sorted(vars(module).items()):
+        if name.startswith("_") or getattr(member, "__module__", None) not in (module.__name__, module_name):
+            continue
+        if inspect.isfunction(member) or inspect.isclass(member):
+            yield module_name, name, member
+
+
+def _module_descriptions() -> list[tuple[str, str]]:
+    """(module, the first paragraphs of its docstring) for modules with a few sentences of description."""
+    out = []
+    for module_name in CODE_MODULES:
+        try:
+            doc = importlib.import_module(module_name).__doc__ or ""
+        except Exception:
+            continue
+        text = " ".join(" ".join(p.split()) for p in doc.strip().split("\n\n")[:2])
+        if 200 <= len(text) <= 1200 and ">>>" not in text:
+            out.append((module_name, text))
+    return out
+
+
+def code_prompts(n: int, seed: int = 0) -> list[dict]:
+    rng = random.Random(f"code-{seed}")
+    candidates = []
+    for module_name, name, member in (m for mod in CODE_MODULES for m in _public_members(mod)):
+        summary = _summary(inspect.getdoc(member))
+        if summary is None:
+            continue
+        if inspect.isclass(member):
+            candidates.append((CLASS_TEMPLATES, dict(module=module_name, name=name, summary=summary)))
+            continue
+        try:
+            signature = str(inspect.signature(member))
+        except (TypeError, ValueError):
+            continue
+        candidates.append((CODE_TEMPLATES, dict(module=module_name, name=name, signature=signature, summary=summary)))
+    rng.shuffle(candidates)
+    prompts = []
+    for i in range(n):  # cycle through the members with a different phrasing each time round
+        templates, fields = candidates[i % len(candidates)]
+        template = templates[(i // len(candidates) + rng.randrange(len(templates))) % len(templates)]
+        prompts.append(template.format(**fields))
+    return [{"id": f"code-{i}", "domain": "code", "prompt": p} for i, p in enumerate(dict.fromkeys(prompts))]
+
+
+def general_prompts(n: int, seed: int = 0) -> list[dict]:
+    rng = random.Random(f"general-{seed}")
+    passages = _module_descriptions()
+    seen: dict[str, None] = {}
+    attempts = 0
+    while len(seen) < n and attempts < 50 * n:
+        attempts += 1
+        template, kind = GENERAL_TEMPLATES[rng.randrange(len(GENERAL_TEMPLATES))]
+        if kind == "passage":
+            module, passage = rng.choice(passages)
+            prompt = template.format(passage=passage, module=module)
+        elif kind == "person_subject":
+            prompt = template.format(person=rng.choice(PEOPLE), subject=rng.choice(SUBJECTS))
+        elif kind == "two_topics":
+            first, second = rng.sample(TOPICS, 2)
+            prompt = template.format(topic=first, topic2=second)
+        else:
+            words = {"topic": TOPICS, "activity": ACTIVITIES, "thing": THINGS, "creative": SUBJECTS_CREATIVE}[kind]
+            prompt = template.format(**{kind: rng.choice(words)})
+        seen.setdefault(prompt)
+    return [{"id": f"general-{i}", "domain": "general", "prompt": p} for i, p in enumerate(seen)]
+
+
+def gsm8k_train() -> list[dict]:
+    raw = (resources.files("hf_specgen.training") / "data" / "gsm8k_train.jsonl.gz").read_bytes()
+    rows = [json.loads(line) for line in gzip.decompress(raw).decode().splitlines() if line.strip()]
+    return [{"id": f"gsm8k-train-{i}", "domain": "math", "prompt": r["question"],
+             "answer": r["answer"].rsplit("####", 1)[-1].strip().replace(",", ""), "answer_format": "last_number"}
+            for i, r in enumerate(rows)]
+
+
+def math_prompts(n: int, seed: int = 0) -> list[dict]:
+    rows = gsm8k_train()
+    random.Random(f"math-{seed}").shuffle(rows)
+    return rows[:n]
+
+
+def build_prompts(n_math: int, n_code: int, n_general: int, seed: int = 0) -> list[dict]:
+    """The training prompt set, domains interleaved in a seeded order."""
+    records = math_prompts(n_math, seed) + code_prompts(n_code, seed) + general_prompts(n_general, seed)
+    random.Random(f"mix-{seed}").shuffle(records)
+    return records

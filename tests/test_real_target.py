@@ -151,3 +151,21 @@ print(type(model).__name__, sum(p.numel() for p in model.parameters()))
     name, parameters = result.stdout.split()[-2:]
     config = json.loads((HUB / folder / "config.json").read_text())
     assert name == config["architectures"][0] and int(parameters) > 1_000_000
+
+
+def test_compare_shows_the_real_target_side_by_side_once_prepared(smollm2, capsys):
+    from hf_specgen.cli import main
+
+    assert main(["compare", "--max-new-tokens", "24"]) == 0  # no --target: the real target, fp32 on a CPU
+    out = capsys.readouterr().out
+    assert out.count("=== prompt") == 3 and "(humaneval)" in out and "(math_reasoning)" in out
+    assert out.count("[identical to autoregressive]") == 3 and "differs" not in out
+
+
+def test_smollm2_example_runs_as_written(smollm2):
+    result = subprocess.run([sys.executable, str(ROOT / "examples" / "smollm2.py")], cwd=ROOT, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for mode in ("dflash", "eagle3", "whiflash"):
+        assert re.search(rf"{mode}\s+identical to stock: True", result.stdout), result.stdout[-2000:]
+    assert "fly       (lossy)" in result.stdout

@@ -325,6 +325,8 @@ def test_trained_dflash_exports_in_zlab_format_and_decodes_losslessly(mini_world
 
 
 def test_world_export_writes_hub_folders_with_cards(trained_runs, tmp_path):
+    """The tiny world's export; the real target's (export_real.py) is checked on the shipped folders in
+    test_real_target.py."""
     from hf_specgen.training.export import DRAFT_LM, DRAFTER, EAGLE3, TARGET, WHIFLASH, export_world
 
     (trained_runs / "commands.txt").write_text("target\tspecgen train lm --the-exact-flags\n")
@@ -334,8 +336,9 @@ def test_world_export_writes_hub_folders_with_cards(trained_runs, tmp_path):
         card = (tmp_path / "hub" / name / "README.md").read_text()
         assert card.startswith("---\nlibrary_name: transformers")
         assert (tmp_path / "hub" / name / "model.safetensors").exists()
-    linked = hf_specgen.load_drafter(str(tmp_path / "hub" / WHIFLASH))  # points at the exported drafter folders
-    assert linked.router == "neural" and linked.ar.dtype == torch.bfloat16
+    bundle = hf_specgen.load_drafter(str(tmp_path / "hub" / WHIFLASH))  # self-contained: both drafters inside
+    assert bundle.router == "neural" and bundle.ar.dtype == torch.bfloat16
+    assert "drafter_paths" not in json.loads((tmp_path / "hub" / WHIFLASH / "config.json").read_text())
     target_card = (tmp_path / "hub" / TARGET / "README.md").read_text()
     assert "specgen train lm --the-exact-flags" in target_card
     assert "| code | 1.234 |" in target_card  # a re-measured held-out loss wins over the training log's

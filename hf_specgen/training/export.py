@@ -48,6 +48,29 @@ def _fmt_settings(log: dict) -> str:
             f"{s.get('grad_clip')}, {budget}, mixed precision {s.get('mixed_precision')}")
 
 
+TINY_USAGE = '''```python
+import hf_specgen
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained("hub_models/{target}"))
+tokenizer = AutoTokenizer.from_pretrained("hub_models/{target}")
+input_ids = tokenizer.apply_chat_template([{{"role": "user", "content": "Solve: Ava buys 3 pens at 4 dollars each. How "
+                                           "much does she pay?"}}], add_generation_prompt=True,
+                                          return_tensors="pt", return_dict=True)["input_ids"]
+{load}out = target.generate(input_ids, {call}max_new_tokens=64, do_sample=False)
+print(tokenizer.decode(out[0, input_ids.shape[1]:], skip_special_tokens=True))
+```'''
+
+
+def tiny_usage(folder: str | None = None, mode: str | None = None) -> str:
+    """A complete, runnable usage snippet for a tiny-world card (the tests execute every card's snippet)."""
+    if folder is None:
+        return TINY_USAGE.format(target=TARGET, load="", call="")
+    loader = ("AutoModelForCausalLM.from_pretrained" if mode == "classic" else "hf_specgen.load_drafter")
+    return TINY_USAGE.format(target=TARGET, load=f'assistant = {loader}("hub_models/{folder}")\n',
+                             call=f'assistant_model=assistant, speculative_mode="{mode}", ')
+
+
 def target_card(runs: Path) -> str:
     log = _read(runs / "target" / "log.json")
     math = _read(runs / "eval_math_greedy.jsonl.summary.json")
@@ -65,6 +88,9 @@ in {log.get('train_minutes', 0):.0f} minutes. It is the target model of hf_specg
 trained offline so speculative decoding can be measured on machines without a GPU or a model hub. It is not a useful
 assistant; it continues Python code, explains stdlib code in docstring English, and solves small arithmetic word
 problems.
+
+## Usage
+{tiny_usage()}
 
 ## Data
 The corpus is built by `specgen data corpus` (seed 0) from what every Python install has: standard-library source
@@ -141,13 +167,7 @@ A DFlash block-diffusion drafter (block 16, {log.get('drafter_parameters', 0) / 
 z-lab's DFlash format (`DFlashDraftModel`, `dflash.py` next to the weights), so it loads with hf_specgen, with
 `AutoModel.from_pretrained(..., trust_remote_code=True)`, and in engines that read that format.
 
-```python
-import hf_specgen
-from transformers import AutoModelForCausalLM
-target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained("hub_models/{TARGET}"))
-drafter = hf_specgen.load_drafter("hub_models/specgen-tiny-dflash-b16")
-out = target.generate(ids, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=128)
-```
+{tiny_usage(DRAFTER, 'dflash')}
 
 ## Training
 The paper's recipe: the target's own responses to training prompts (greedy and sampled, `specgen data
@@ -185,6 +205,9 @@ A {log.get('parameters', 0) / 1e6:.1f}M-parameter, 2-layer Qwen3 causal LM with 
 target). It is the draft model for classic speculative decoding (`speculative_mode="classic"`), for transformers'
 assisted generation, and for FLy.
 
+## Usage
+{tiny_usage(DRAFT_LM, 'classic')}
+
 ## Training
 {log.get('examples')} target-regenerated responses, loss on response tokens only; {log.get('steps')} steps,
 {log.get('train_minutes', 0):.0f} minutes on a CPU; {_fmt_settings(log)}.
@@ -209,6 +232,9 @@ An EAGLE-3 drafter ({log.get('drafter_parameters', 0) / 1e6:.2f}M parameters: on
 target's hidden states at three depths, its own lm_head over a {log.get('draft_vocab_size')}-token draft vocabulary)
 for [specgen-tiny](../{TARGET}). EAGLE layout (`midlayer.*`, `d2t`, `t2d`), loaded with `hf_specgen.load_drafter`.
 Used alone (`speculative_mode="eagle3"`, tree or chain) and inside [WhiFlash](../{WHIFLASH}).
+
+## Usage
+{tiny_usage(EAGLE3, 'eagle3')}
 
 ## Training
 Training-time test with {log.get('ttt_steps')} unrolled steps on the target's own responses to
@@ -235,8 +261,12 @@ def whiflash_card(runs: Path, bench: dict) -> str:
 WhiFlash routing for [specgen-tiny](../{TARGET}): every round a router picks [EAGLE-3](../{EAGLE3}) or
 [DFlash](../{DRAFTER}). This folder holds the router (an MLP on the target's final-layer state predicting
 AL_eagle - AL_dflash, threshold {config.get('neural_threshold')}), the entropy thresholds per prompt category
-calibrated by `specgen calibrate` ({config.get('entropy_thresholds')}), and points at the two drafter folders
-(`drafter_paths`). Load with `hf_specgen.load_drafter("hub_models/{WHIFLASH}")`. Lossless whatever the router does.
+calibrated by `specgen calibrate` ({config.get('entropy_thresholds')}), and both drafters: one
+self-contained folder. Load with `hf_specgen.load_drafter("hub_models/{WHIFLASH}")`, or without hf_specgen
+with `AutoModel.from_pretrained(..., trust_remote_code=True)`. Lossless whatever the router does.
+
+## Usage
+{tiny_usage(WHIFLASH, 'whiflash')}
 
 ## Router training
 Both drafters drafted from each of {log.get('positions')} positions of the target's greedy text
@@ -304,7 +334,7 @@ def export_world(runs: str | Path, out: str | Path, bench_json: str | Path | Non
         exported.append(EAGLE3)
         if (runs / "whiflash" / "config.json").exists():
             bundle = load_drafter(str(runs / "whiflash"), dtype=torch.bfloat16)
-            bundle.save_linked(out / WHIFLASH, f"../{EAGLE3}", f"../{DRAFTER}")
+            bundle.save_pretrained(out / WHIFLASH)  # self-contained: a Hub copy needs no other folder
             (out / WHIFLASH / "README.md").write_text(whiflash_card(runs, bench))
             exported.append(WHIFLASH)
     print(f"exported {', '.join(exported)} to {out}")

@@ -28,6 +28,7 @@ if (ROOT / "hf_specgen").is_dir() and str(ROOT) not in sys.path:  # run from a c
 
 import gradio as gr  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+from transformers import StoppingCriteria, StoppingCriteriaList  # noqa: E402
 from transformers.generation.streamers import BaseStreamer  # noqa: E402
 
 import hf_specgen  # noqa: E402
@@ -106,6 +107,16 @@ def load_models() -> Models:
     if "dflash" in models.assistants:
         models.assistants["fly"] = models.assistants["dflash"]
     return models
+
+
+class Cancelled(StoppingCriteria):
+    """Stops a decode once its event is set (the visitor left)."""
+
+    def __init__(self, event: threading.Event):
+        self.event = event
+
+    def __call__(self, input_ids, scores, **kwargs):
+        return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device)
 
 
 class TimedStreamer(BaseStreamer):
@@ -216,19 +227,26 @@ class Demo:
             streamer.end()
 
     def decode_pair(self, prompt, method, max_new_tokens, temperature=0.0):
-        """Yields a Frame about every 0.15 s while the two decodes run one after the other, then the final one."""
+        """Yields a Frame about every 0.15 s while the two decodes run one after the other, then the final one.
+
+        A visitor who leaves closes this generator: the decode in flight is stopped at its next round (a stopping
+        criterion), so it never competes with the next visitor's timed decode."""
         input_ids, max_new_tokens = check_inputs(self.models, prompt, method, max_new_tokens)
         baseline_kwargs, speculative_kwargs = _generate_kwargs(self.models, method, max_new_tokens, temperature)
         frame = Frame(sampled=temperature > 0)
         for side, kwargs in (("baseline", baseline_kwargs), ("speculative", speculative_kwargs)):
-            streamer, result = TimedStreamer(), {}
+            streamer, result, cancel = TimedStreamer(), {}, threading.Event()
+            kwargs = dict(kwargs, stopping_criteria=StoppingCriteriaList([Cancelled(cancel)]))
             setattr(frame, side, streamer)
             frame.running = side
             worker = threading.Thread(target=self._run, args=(input_ids, kwargs, result, streamer), daemon=True)
             worker.start()
-            while not streamer.done.wait(0.15):
-                yield frame
-            worker.join()
+            try:
+                while not streamer.done.wait(0.15):
+                    yield frame
+            finally:  # also when the visitor disconnects (GeneratorExit): stop the decode, free the device
+                cancel.set()
+                worker.join()
             if "error" in result:
                 raise gr.Error(f"{side} decoding failed: {result['error']}")
             if side == "speculative":
@@ -265,7 +283,9 @@ class Demo:
             streamer = getattr(frame, side)
             if streamer is not None:
                 running = " (decoding...)" if frame.running == side else ""
-                lines.append(f"**{title}**: {len(streamer.tokens())} tokens, {streamer.speed():.1f} tokens/s{running}")
+                elapsed = (streamer.chunks[-1][0] if streamer.chunks else time.perf_counter()) - streamer.started
+                lines.append(f"**{title}**: {len(streamer.tokens())} tokens in {elapsed:.1f} s, "
+                             f"{streamer.speed():.1f} tokens/s{running}")
         if frame.output is not None:
             stats = frame.stats()
             lines.append(f"**speedup {stats['speedup']:.2f}x**, tau {stats['tau']:.2f} tokens per target forward "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,15 @@ def test_token_origins_follow_the_acceptance_lengths(space_url):
     module = sys.modules["space_app"]
     assert module.origins(True, [3, 1, 2], 7) == ["target", "draft", "draft", "target", "target", "draft", "target"]
     assert module.origins(True, [4], 3) == ["target", "draft", "draft"]  # cut by max_new_tokens
+
+
+def test_a_visitor_who_leaves_stops_the_decode_in_flight(space_url):
+    """Closing the stream (what gradio does when the page goes away) stops the running generate at its next round,
+    so it never competes with the next visitor's timed decode."""
+    demo = sys.modules["space_app"].Demo(sys.modules["space_app"].load_models())
+    stream = demo.decode_pair("Continue the text:\nThe", "dflash", 256)
+    frame = next(stream)
+    started = time.perf_counter()
+    stream.close()  # GeneratorExit inside: cancel + join
+    assert time.perf_counter() - started < 5
+    assert frame.baseline.done.is_set() and len(frame.baseline.tokens()) < 256

@@ -301,7 +301,8 @@ def bench_table(bench: dict, prefixes: tuple[str, ...]) -> str:
                 rows.append(f"| {name} | {group} | {e['decode_tokens_per_second']:.1f} | {e['speedup']:.2f}x |"
                             f"{versus} {tau} |")
     command = bench.get("command", "specgen bench")
-    return ("bf16 on a 2-core CPU, greedy, prefill excluded, medians of repeats, all methods in one run:\n\n"
+    dtype = bench.get("models", {}).get("dtype") or bench.get("settings", {}).get("dtype", "bf16")
+    return (f"{dtype} on a 2-core CPU, greedy, prefill excluded, medians of repeats, all methods in one run:\n\n"
             + "\n".join(rows) + f"\n\n```\n{command}\n```")
 
 

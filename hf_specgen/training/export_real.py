@@ -23,7 +23,7 @@ USAGE = '''```python
 import hf_specgen
 
 target, tokenizer = hf_specgen.load_target("{world}")  # first use: prepares the packaged target
-assistant = hf_specgen.load_drafter("hub_models/{folder}")
+assistant = hf_specgen.load_drafter("hub_models/{folder}", dtype=target.dtype)  # one dtype for both
 messages = [{{"role": "user", "content": "Write a Python function that checks whether a string is a palindrome."}}]
 input_ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
                                           return_dict=True)["input_ids"]
@@ -50,6 +50,17 @@ def _data_line(runs: Path) -> str:
             "the benchmark prompts: GSM8K training problems, requests built from documented functions and classes of "
             "the Python standard library, and general instructions from this project's templates "
             "(`hf_specgen/training/instructions.py`)")
+
+
+def _status(runs: Path) -> str:
+    """Says plainly how far the drafters are trained, from the router's measured accepted lengths."""
+    router = _read(runs / "whiflash" / "router_run" / "log.json")
+    if not router:
+        return ""
+    return (f"**Status: undertrained.** On {router.get('positions')} positions of the target's own answers a round "
+            f"accepts on average {router.get('mean_al_dflash', 0):.2f} tokens with DFlash and "
+            f"{router.get('mean_al_eagle', 0):.2f} with the EAGLE-3 chain (1.00 = no draft token accepted), so "
+            "speculative decoding is slower than stock `generate` with this build; more training is under way.")
 
 
 def dflash_card(runs: Path, bench: dict) -> str:
@@ -83,6 +94,8 @@ saving; inference uses the full lm_head); {_fmt_settings(log)}. Offline tau afte
 ```
 
 ## Decoding results
+{_status(runs)}
+
 {bench_table(bench, ('dflash', 'hf dflash'))}
 """
 
@@ -113,6 +126,8 @@ embedding. EAGLE layout (`midlayer.*`). Drafts a dynamic tree (`speculative_mode
 ```
 
 ## Decoding results
+{_status(runs)}
+
 {bench_table(bench, ('eagle3',))}
 """
 
@@ -121,6 +136,10 @@ def whiflash_card(runs: Path, bench: dict) -> str:
     log = _read(runs / "whiflash" / "router_run" / "log.json")
     config = _read(runs / "whiflash" / "config.json")
     cmds = _commands(runs)
+    thresholds = config.get("entropy_thresholds")
+    calibration = (f"the entropy thresholds per prompt category calibrated by `specgen calibrate` ({thresholds})"
+                   if thresholds else f"the entropy router's default threshold ({config.get('entropy_threshold')} "
+                   "nats; not calibrated per category yet)")
     return _front_matter(library_name="transformers", license="apache-2.0", base_model=BASE_MODEL,
                          pipeline_tag="text-generation",
                          tags=["hf_specgen", "whiflash", "speculative-decoding", "smollm2"]) + f"""
@@ -129,8 +148,8 @@ def whiflash_card(runs: Path, bench: dict) -> str:
 WhiFlash for [SmolLM2-135M-Instruct](https://huggingface.co/{BASE_MODEL}): every round a router picks the
 [EAGLE-3](../{EAGLE3}) or the [DFlash](../{DFLASH}) drafter for the next round; the output is the target's own
 whatever it picks. One self-contained folder: both drafters, the neural router (an MLP on the target's final-layer
-state predicting AL_eagle - AL_dflash, threshold {config.get('neural_threshold')}) and the entropy thresholds per
-prompt category calibrated by `specgen calibrate` ({config.get('entropy_thresholds')}). {_remote_code_note(WHIFLASH)}
+state predicting AL_eagle - AL_dflash, threshold {config.get('neural_threshold')}) and {calibration}.
+{_remote_code_note(WHIFLASH)}
 
 {_usage(WHIFLASH, "whiflash")}
 
@@ -138,8 +157,7 @@ prompt category calibrated by `specgen calibrate` ({config.get('entropy_threshol
 Both drafters drafted from each of {log.get('positions')} positions of the target's greedy answers
 ({log.get('sequences')} sequences): mean accepted length of the EAGLE-3 chain (depth {log.get('eagle_depth')})
 {log.get('mean_al_eagle', 0):.2f}, of DFlash {log.get('mean_al_dflash', 0):.2f}, of a per-position oracle
-{log.get('oracle_token_al', 0):.2f}. MSE, {log.get('steps')} steps; {_fmt_settings(log)}. Calibration prompts are
-Spec-Bench / HumanEval prompts that the benchmark below never uses.
+{log.get('oracle_token_al', 0):.2f}. MSE, {log.get('steps')} steps; {_fmt_settings(log)}.
 
 ```
 {cmds.get('router', '')}
@@ -147,6 +165,10 @@ Spec-Bench / HumanEval prompts that the benchmark below never uses.
 ```
 
 ## Decoding results
+{_status(runs)}
+
+{"" if any(name.startswith("whiflash") for name in bench.get("methods", {})) else
+ "WhiFlash itself is not benchmarked on this target yet; its two drafters alone, from the same run:"}
 {bench_table(bench, ('whiflash', 'eagle3', 'dflash'))}
 """
 

@@ -83,12 +83,12 @@ def last_number(text: str) -> float | None:
         return None
 
 
-def _summarize(rows: list[dict], records_by_id: dict) -> dict:
+def _summarize(rows: list[dict], records_by_prompt: dict) -> dict:
     counts: Counter[str] = Counter()
     for row in rows:
         counts["sampled" if row["sampled"] else "greedy"] += 1
         counts["finished"] += row["finished"]
-        record = records_by_id.get(row["id"], {})
+        record = records_by_prompt.get(row["prompt"], {})
         if "answer" in record and not row["sampled"]:  # math problems: score the greedy answer
             counts["graded"] += 1
             counts["correct"] += is_correct(record, row["response"])
@@ -166,7 +166,7 @@ def regenerate(args) -> None:
                 }, ensure_ascii=False) + "\n")
             handle.flush()  # a killed run loses at most the batch in flight
             bar.update(len(batch))
-    summary = _summarize(_read_finished(out_path), {r.get("id"): r for r in records})
+    summary = _summarize(_read_finished(out_path), {r["prompt"]: r for r in records})
     Path(str(out_path) + ".summary.json").write_text(json.dumps(summary, indent=2))
     print(f"wrote {out_path}: {summary}")
 

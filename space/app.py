@@ -96,7 +96,7 @@ def load_models() -> Models:
             target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval())
             models = Models(target, AutoTokenizer.from_pretrained(path), "specgen-tiny",
                             note="the tiny world (an 8M model trained offline by hf_specgen; it writes poor text). "
-                                 "Run `specgen prepare` for the real SmolLM2-135M-Instruct target.")
+                                 "Run `specgen prepare` for the real SmolLM2-135M-Instruct target")
         for method, role in (("dflash", "dflash"), ("eagle3", "eagle3"), ("whiflash", "whiflash"),
                              ("classic", "draft_lm")):
             if role in world and (hub / world[role]).exists():

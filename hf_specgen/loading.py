@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from transformers import PretrainedConfig
 
 from .models.dflash import DFlashDraftModel
@@ -14,16 +16,50 @@ def _is_dflash_config(config_dict: dict) -> bool:
     return "DFlashDraftModel" in (config_dict.get("architectures") or []) or "dflash_config" in config_dict
 
 
-def load_drafter(path_or_repo: str, **from_pretrained_kwargs):
+def load_drafter(path_or_repo: str | os.PathLike, **from_pretrained_kwargs):
     """Load a drafter folder or Hub repo with hf_specgen's model class.
 
     Works for checkpoints saved by hf_specgen and by z-lab's own code alike: only config.json and the
     weights are read; any modeling file in the folder (z-lab's ``dflash.py``) is ignored, so no remote code
     runs. Extra keyword arguments go to ``from_pretrained`` (``dtype=``, ``device_map=``, ``revision=``...).
     """
-    config_dict, _ = PretrainedConfig.get_config_dict(path_or_repo, **{
-        k: v for k, v in from_pretrained_kwargs.items() if k in ("revision", "token", "cache_dir", "local_files_only")
-    })
+    path_or_repo = _checked_source(path_or_repo)
+    try:
+        config_dict, _ = PretrainedConfig.get_config_dict(path_or_repo, **{
+            k: v for k, v in from_pretrained_kwargs.items() if k in ("revision", "token", "cache_dir", "local_files_only")
+        })
+    except OSError as error:  # only Hub ids get here: local folders were checked above
+        raise OSError(f"{path_or_repo} is not a local folder, and the Hub repo of that name could not be read "
+                      f"({str(error).splitlines()[0]})") from error
+    try:
+        return _load_by_config(path_or_repo, config_dict, from_pretrained_kwargs)
+    except SafetensorError as error:
+        files = sorted(str(p) for p in Path(path_or_repo).glob("*.safetensors")) if os.path.isdir(path_or_repo) else []
+        raise ValueError(f"a weights file of {path_or_repo} is damaged ({error}): {', '.join(files) or 'its weights'}"
+                         " cannot be read; the download or copy was probably cut short, so fetch it again") from error
+
+
+def _checked_source(path_or_repo) -> str:
+    """A local folder (checked: it exists and has a config.json) or a Hub repo id, as a string.
+
+    Without this check a mistyped local path reaches huggingface_hub and comes back as a repo-id error.
+    """
+    text = os.fspath(path_or_repo)
+    folder = Path(text).expanduser()
+    if folder.is_dir():
+        if not (folder / "config.json").is_file():
+            present = ", ".join(sorted(p.name for p in folder.iterdir())[:8]) or "nothing"
+            raise ValueError(f"{folder} has no config.json (it holds: {present}): a drafter folder needs the "
+                             "config.json saved with its weights")
+        return str(folder)
+    # A Hub id is "name" or "namespace/name"; anything else (absolute, ./relative, deeper paths) is meant locally.
+    if folder.exists() or text.startswith((".", "/", "~")) or text.count("/") > 1 or os.sep != "/" and os.sep in text:
+        raise FileNotFoundError(f"no drafter folder at {folder}" + ("" if folder.exists() else
+                                f" ({folder.resolve()} does not exist)") + ": check the path")
+    return text
+
+
+def _load_by_config(path_or_repo: str, config_dict: dict, from_pretrained_kwargs: dict):
     if _is_dflash_config(config_dict):
         return DFlashDraftModel.from_pretrained(path_or_repo, **from_pretrained_kwargs)
     if config_dict.get("model_type") == "whiflash":

@@ -32,6 +32,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList  # noqa: E402
 from transformers.generation.streamers import BaseStreamer  # noqa: E402
 
 import hf_specgen  # noqa: E402
+from hf_specgen.embedded import hub_models_dir  # noqa: E402
 
 MAX_PROMPT_CHARS = 4000
 MAX_PROMPT_TOKENS = 1024
@@ -64,7 +65,7 @@ def _load_assistant(path: str | os.PathLike, dtype, device):
 def load_models() -> Models:
     """Environment-configured Hub models; else the packaged real target with its drafters; else the tiny world."""
     device = os.environ.get("SPECGEN_DEVICE", "cuda" if torch.cuda.is_available() else "cpu")
-    hub = ROOT / "hub_models"
+    hub = hub_models_dir()
     dtypes = {"bf16": torch.bfloat16, "fp32": torch.float32}
     chosen = os.environ.get("SPECGEN_DTYPE")
     if chosen is not None and chosen not in dtypes:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from hf_specgen.bench.prompt_sets import PROMPT_SETS, load_prompt_set
 from hf_specgen.training.instructions import build_prompts, code_prompts, general_prompts, gsm8k_train
 
@@ -20,10 +22,15 @@ def _ngrams(text: str, n: int) -> set[tuple[str, ...]]:
     return {tuple(words[i: i + n]) for i in range(len(words) - n + 1)}
 
 
-def test_training_prompts_share_nothing_with_any_benchmark_prompt():
+@pytest.fixture(scope="module")
+def training():
+    """The build's prompt set, made once (it reads the documentation of the standard library)."""
+    return build_prompts(**BUILD_COUNTS, seed=0)
+
+
+def test_training_prompts_share_nothing_with_any_benchmark_prompt(training):
     """Not one benchmark prompt (Spec-Bench, HumanEval, the tiny world's held-out set) among the training prompts,
     and no run of 12 words in common: close paraphrases of a benchmark question would show up as shared runs."""
-    training = build_prompts(**BUILD_COUNTS, seed=0)
     benchmark = [row["prompt"] for name in PROMPT_SETS for row in load_prompt_set(name)]
     normalized = {" ".join(_words(p)) for p in benchmark}
     assert not [p for p in training if " ".join(_words(p["prompt"])) in normalized]
@@ -40,8 +47,8 @@ def test_all_gsm8k_training_problems_are_disjoint_from_spec_bench_math():
     assert all(r["answer_format"] == "last_number" and float(r["answer"]) == float(r["answer"]) for r in train)
 
 
-def test_prompt_sources_give_the_asked_counts_domains_and_unique_prompts():
-    records = build_prompts(**BUILD_COUNTS, seed=0)
+def test_prompt_sources_give_the_asked_counts_domains_and_unique_prompts(training):
+    records = training
     by_domain = {d: [r for r in records if r["domain"] == d] for d in ("math", "code", "general")}
     assert len(by_domain["math"]) == 600 and len(by_domain["general"]) == 552
     assert 550 <= len(by_domain["code"]) <= 576  # duplicate phrasings are dropped

@@ -20,18 +20,11 @@ from pathlib import Path
 import torch
 
 from ..engine.graphs import CACHE_BUCKET
+from ..embedded import hub_models_dir
+from .choices import ALL_METHODS, DTYPE_NAMES, LOSSLESS_DEFAULT  # noqa: F401 (re-exported)
 from .harness import MethodResult, run_method, tap_cost
 
-DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
-ALL_METHODS = ("autoregressive", "dflash", "classic", "hf-assisted", "hf-prompt-lookup", "hf-dflash", "eagle3",
-               "whiflash", "fly", "fly-dflash")
-LOSSLESS_DEFAULT = ("autoregressive", "dflash", "classic", "hf-assisted", "hf-prompt-lookup", "hf-dflash", "eagle3",
-                    "whiflash")
-
-
-def hub_models_dir() -> Path:
-    """The tiny world's models, committed under ``hub_models/`` at the repository root."""
-    return Path(__file__).resolve().parents[2] / "hub_models"
+DTYPES = dict(zip(DTYPE_NAMES, (torch.bfloat16, torch.float32, torch.float16)))
 
 
 @dataclass
@@ -200,8 +193,6 @@ def whiflash_kwargs(args, base: dict) -> dict:
 
 
 def build_methods(models: BenchModels, args, longest_prompt: int = 0) -> list[tuple[str, dict]]:
-    from .peers import NativeDFlashAdapter
-
     stock, base = method_bases(args, longest_prompt)
     compiled = base != stock
     wanted = set(args.methods)
@@ -222,8 +213,8 @@ def build_methods(models: BenchModels, args, longest_prompt: int = 0) -> list[tu
     if "hf-prompt-lookup" in wanted:
         methods.append(("hf prompt lookup", {**stock, "prompt_lookup_num_tokens": 10}))
     if models.dflash is not None and "hf-dflash" in wanted and args.temperature == 0:
-        methods.append(("hf dflash (adapter)", {**stock, "assistant_model": NativeDFlashAdapter(models.dflash),
-                                                "speculation_type": "dflash"}))
+        # transformers' own DFlash path running our drafter (its class answers that path's call signature too)
+        methods.append(("hf dflash", {**stock, "assistant_model": models.dflash, "speculation_type": "dflash"}))
     if models.eagle3 is not None and "eagle3" in wanted:
         methods.append((f"eagle3 tree {'/'.join(map(str, args.eagle_tree))}",
                         {**base, "assistant_model": models.eagle3, "speculative_mode": "eagle3",
@@ -321,8 +312,10 @@ def _subset(result: MethodResult, rows: list[int]) -> MethodResult:
     return sub
 
 
-def summarize(results: list[MethodResult], records: list[dict], tokenizer) -> dict:
-    """Per category and overall: tok/s, speedup vs autoregressive, tau (pooled and mean), lossless check, accuracy."""
+def summarize(results: list[MethodResult], records: list[dict], tokenizer, max_new_tokens: int | None = None) -> dict:
+    """Per category and overall: tok/s, speedup vs autoregressive, tau (pooled and mean), lossless check, accuracy.
+
+    ``max_new_tokens`` lets accuracy say how many answers were cut before they could finish."""
     from ..training.corpus import check_answer
 
     categories = sorted({r["category"] for r in records})
@@ -341,7 +334,7 @@ def summarize(results: list[MethodResult], records: list[dict], tokenizer) -> di
                 "decode_tokens_per_second": sub.tokens_per_second,
                 "speedup": sub.tokens_per_second / base.tokens_per_second,
                 "pooled_tau": sub.pooled_tau, "mean_tau": sub.mean_tau,
-                "prompts": len(rows),
+                "prompts": len(rows), "decode_tokens": sum(sub.decode_tokens),
                 "identical_to_autoregressive": sum(sub.sequences[i] == base.sequences[i] for i in range(len(rows))),
             }
             if compiled_baseline is not None:  # the stricter ratio: same engine and compilation, no drafting
@@ -355,6 +348,9 @@ def summarize(results: list[MethodResult], records: list[dict], tokenizer) -> di
                     check_answer(records[i], tokenizer.decode(baseline.sequences[i])) for i in answered)
                 # FLy's "recovery": task accuracy relative to the target alone on the same prompts.
                 entry["recovery"] = entry["accuracy"] / base_accuracy if base_accuracy else None
+                if max_new_tokens is not None:
+                    entry["answers_cut"] = sum(len(result.sequences[i]) >= max_new_tokens for i in answered)
+                    entry["answers_checked"] = len(answered)
             for measure, by_row in quality.items():
                 scored = [by_row[i] for i in rows if i in by_row]
                 if scored:
@@ -425,6 +421,29 @@ def has_compiled_baseline(methods: dict) -> bool:
     return any("speedup_vs_compiled_ar" in e for m in methods.values() for e in m["by_category"].values())
 
 
+MIN_REPEATS = 3  # a speed is the median of at least this many timings
+MIN_DECODE_TOKENS = 256  # baseline tokens per table row below which a speed ratio is mostly noise
+
+
+def reliability_notes(report: dict, repeats: int) -> list[str]:
+    """Why a run's figures cannot be trusted (empty when they can): too few repeats, rows with too few tokens,
+    accuracy measured on answers that were all cut before they could finish."""
+    notes = []
+    if repeats < MIN_REPEATS:
+        notes.append(f"{repeats} repeat(s): each speed is one timing, not a median of {MIN_REPEATS} (--repeats)")
+    baseline = next(iter(report.values()))["by_category"]
+    short = [group for group, entry in baseline.items() if entry.get("decode_tokens", 0) < MIN_DECODE_TOKENS]
+    if short:
+        notes.append(f"fewer than {MIN_DECODE_TOKENS} decoded tokens in {', '.join(short)}: too few to time "
+                     "(--num-prompts, --max-new-tokens)")
+    cut = [group for group, entry in baseline.items()
+           if entry.get("answers_checked") and entry.get("answers_cut") == entry["answers_checked"]]
+    if cut:
+        notes.append(f"every answer in {', '.join(cut)} hit --max-new-tokens before it could finish: its accuracy "
+                     "means nothing")
+    return notes
+
+
 def format_table(report: dict) -> str:
     compiled = has_compiled_baseline(report)
     header = ["method", "category", "decode tok/s", "speedup", *(["vs compiled AR"] if compiled else []),
@@ -437,10 +456,18 @@ def format_table(report: dict) -> str:
                          f"{e['pooled_tau']:.2f}" if e["pooled_tau"] else "-",
                          f"{e['mean_tau']:.2f}" if e["mean_tau"] else "-",
                          f"{e['identical_to_autoregressive']}/{e['prompts']}",
-                         f"{100 * e['accuracy']:.0f}%" if "accuracy" in e else "-",
+                         _accuracy_cell(e),
                          f"{100 * e['recovery']:.1f}%" if e.get("recovery") is not None else "-",
                          _quality_cell(e)])
     return markdown_table(rows, header)
+
+
+def _accuracy_cell(entry: dict) -> str:
+    if "accuracy" not in entry:
+        return "-"
+    if entry.get("answers_checked") and entry.get("answers_cut") == entry["answers_checked"]:
+        return "cut"  # no answer could finish: an accuracy of 0% would be noise, not a finding
+    return f"{100 * entry['accuracy']:.0f}%"
 
 
 def _quality_cell(entry: dict) -> str:
@@ -511,8 +538,11 @@ def run_bench(args, *, show_texts: bool) -> dict:
             bar.set_postfix(method=name)
             results.append(run_method(models.target, prompts, kwargs, args.repeats, name, bar,
                                       before_prompt=before_prompt))
-    report = summarize(results, records, models.tokenizer)
+    report = summarize(results, records, models.tokenizer, args.max_new_tokens)
+    notes = reliability_notes(report, args.repeats)
     print(format_table(report))
+    for note in notes if not show_texts else []:  # `specgen compare` is a one-prompt look, not a measurement
+        print(f"UNRELIABLE: {note}")
     hindsight = oracles(results, records, max(args.block_sizes))
     if hindsight:
         print("\nhindsight oracles (best drafter per category, per prompt, per step; all prompts):")
@@ -542,7 +572,7 @@ def run_bench(args, *, show_texts: bool) -> dict:
                                      "draft forwards"]))
     full = {"settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "handler"},
             "models": models.names, "synthetic": models.synthetic, "methods": report, "oracles": hindsight,
-            "memory_mb": memory_report(models)}
+            "memory_mb": memory_report(models), "unreliable": notes}
     if models.dflash is not None and not show_texts:
         full["tap_cost"] = tap_cost(models.target, models.dflash.target_layer_ids, max(args.block_sizes))
     if show_texts:
@@ -599,9 +629,10 @@ def save_report(report: dict, out_dir: Path) -> None:
     axes[1].legend(fontsize=7)
     target_name = Path(str(report["models"].get("target", ""))).name
     settings = report.get("settings", {})
-    fig.suptitle("random-weight stand-ins" if report["synthetic"] else
-                 f"{target_name}, {report['models'].get('dtype', settings.get('dtype', ''))}, "
-                 f"{settings.get('max_new_tokens', '?')} new tokens, {settings.get('repeats', '?')} repeats")
+    fig.suptitle(("TOO SHORT TO TRUST: " if report.get("unreliable") else "")
+                 + ("random-weight stand-ins" if report["synthetic"] else
+                    f"{target_name}, {report['models'].get('dtype', settings.get('dtype', ''))}, "
+                    f"{settings.get('max_new_tokens', '?')} new tokens, {settings.get('repeats', '?')} repeats"))
     fig.tight_layout()
     fig.savefig(out_dir / "speedup.png", dpi=120)
     plt.close(fig)

@@ -26,6 +26,15 @@ def check_dflash_fits_target(drafter: DFlashDraftModel, target, block_size: int)
             f"DFlash drafter hidden size {drafter.config.hidden_size} != target hidden size {t_cfg.hidden_size}: "
             "this drafter was trained for another target. Use the drafter published for this target model."
         )
+    vocab = target.get_input_embeddings().num_embeddings
+    trained_vocab = getattr(drafter.config, "vocab_size", None)
+    if trained_vocab is not None and trained_vocab != vocab:
+        # The drafter borrows the target's embedding and lm_head, so another vocabulary would not crash: it would
+        # draft tokens of the wrong tokenizer and accept almost nothing.
+        raise ValueError(
+            f"DFlash drafter was trained for a {trained_vocab}-token vocabulary, the target has {vocab} tokens: "
+            "use the drafter published for this target model (same tokenizer)."
+        )
     bad = [i for i in drafter.target_layer_ids if not 0 <= i < n_layers]
     if bad:
         raise ValueError(
@@ -40,7 +49,6 @@ def check_dflash_fits_target(drafter: DFlashDraftModel, target, block_size: int)
             "use the drafter published for this target model."
         )
     mask_id = drafter.mask_token_id
-    vocab = target.get_input_embeddings().num_embeddings
     if mask_id is None or not 0 <= int(mask_id) < vocab:
         raise ValueError(
             f"DFlash drafter mask_token_id={mask_id} is not a row of the target's embedding table (size {vocab}): "

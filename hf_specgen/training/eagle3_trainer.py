@@ -124,10 +124,17 @@ def train_eagle3(args) -> dict:
                          draft_vocab_size=draft_vocab,
                          target_layer_ids=args.target_layer_ids or default_eagle3_layer_ids(t.num_hidden_layers),
                          architectures=["Eagle3DraftModel"])
-    drafter = Eagle3DraftModel(config)
-    d2t, t2d = draft_vocabulary(examples, t.vocab_size, draft_vocab)
-    drafter.d2t.copy_(d2t)
-    drafter.t2d.copy_(t2d)
+    if args.init_from:  # continue a trained drafter (its geometry and draft vocabulary win) with a fresh schedule
+        drafter = Eagle3DraftModel.from_pretrained(args.init_from, dtype=torch.float32)
+        if drafter.config.hidden_size != t.hidden_size or drafter.config.vocab_size != t.vocab_size:
+            raise ValueError(f"--init-from {args.init_from} was trained for another target (hidden size "
+                             f"{drafter.config.hidden_size}, vocabulary {drafter.config.vocab_size}); "
+                             f"this target has {t.hidden_size} and {t.vocab_size}")
+    else:
+        drafter = Eagle3DraftModel(config)
+        d2t, t2d = draft_vocabulary(examples, t.vocab_size, draft_vocab)
+        drafter.d2t.copy_(d2t)
+        drafter.t2d.copy_(t2d)
 
     def batch_for_step(index: int):
         picks = epoch_batch(index, len(examples), args.batch_size, args.seed)
@@ -143,6 +150,7 @@ def train_eagle3(args) -> dict:
     settings = settings_from_args(args, out_dir)
     log = run_training(drafter, settings, batch_for_step, loss_fn, description="EAGLE-3 drafter (TTT)",
                        run_info={"target": str(args.target), "data": str(args.data), "sequences": len(examples),
+                                 "init_from": args.init_from,
                                  "ttt_steps": args.ttt_steps, "draft_vocab_size": draft_vocab,
                                  "drafter_parameters": sum(p.numel() for p in drafter.parameters())})
     drafter.save_pretrained(out_dir / "model")
@@ -161,4 +169,5 @@ def add_arguments(parser) -> None:
     parser.add_argument("--step-weight", type=float, default=0.8, help="loss weight of step s is this^(s-1)")
     parser.add_argument("--seq-len", type=int, default=2048)
     parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--init-from", default=None, help="start from this trained drafter (fine-tune, new data)")
     add_run_arguments(parser, lr=3e-4)

@@ -18,6 +18,27 @@ WORLD = "smollm2-135m-instruct"
 BASE_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 DFLASH, EAGLE3, WHIFLASH = f"{WORLD}-dflash-b16", f"{WORLD}-eagle3", f"{WORLD}-whiflash"
 BUILD = "scripts/build_smollm2.sh"
+# Run folders of a drafter, first stage first: a later stage continues the previous one (--init-from), and the
+# last stage that finished is the one exported.
+STAGES = {"dflash": ("dflash", "dflash2"), "eagle3": ("eagle3", "eagle3_2")}
+
+
+def final_stage(runs: Path, drafter: str) -> Path:
+    finished = [runs / name for name in STAGES[drafter] if (runs / name / "model").exists()]
+    return finished[-1] if finished else runs / STAGES[drafter][0]
+
+
+def _stages_line(runs: Path, drafter: str) -> str:
+    """One sentence per continuation stage: steps, minutes and what changed."""
+    lines = []
+    for name in STAGES[drafter][1:]:
+        log = _read(runs / name / "log.json")
+        if log:
+            tau = log.get("eval", {}).get("offline_tau")
+            lines.append(f"Then continued from it (`--init-from`, a fresh schedule, the same answers): "
+                         f"{log.get('steps')} steps, {log.get('train_minutes', 0):.0f} minutes; {_fmt_settings(log)}"
+                         + (f"; offline tau afterwards **{tau:.2f}**" if tau else "") + ".")
+    return " ".join(lines)
 
 USAGE = '''```python
 import hf_specgen
@@ -59,21 +80,23 @@ def _status(runs: Path) -> str:
         return ""
     return (f"**Status: undertrained.** On {router.get('positions')} positions of the target's own answers a round "
             f"accepts on average {router.get('mean_al_dflash', 0):.2f} tokens with DFlash and "
-            f"{router.get('mean_al_eagle', 0):.2f} with the EAGLE-3 chain (1.00 = no draft token accepted), so "
-            "speculative decoding is slower than stock `generate` with this build; more training is under way.")
+            f"{router.get('mean_al_eagle', 0):.2f} with the EAGLE-3 chain (1.00 = no draft token accepted), far from "
+            "the 3-6 of drafters trained on GPUs: every step of this build ran on a 2-core CPU, in about 3.5 hours "
+            "so the table below shows speculative decoding slower than stock `generate` on this target.")
 
 
 def dflash_card(runs: Path, bench: dict) -> str:
     log = _read(runs / "dflash" / "log.json")
     cmds = _commands(runs)
     ev = log.get("eval", {})
+    last = _read(final_stage(runs, "dflash") / "log.json")
     return _front_matter(library_name="transformers", license="apache-2.0", base_model=BASE_MODEL,
                          pipeline_tag="text-generation",
                          tags=["hf_specgen", "dflash", "speculative-decoding", "smollm2"]) + f"""
 # {DFLASH}
 
 A DFlash block-diffusion drafter for [SmolLM2-135M-Instruct](https://huggingface.co/{BASE_MODEL}): block 16,
-{log.get('drafter_parameters', 0) / 1e6:.1f}M parameters (2 decoder layers of the target's width), reading 4 of the
+{last.get('drafter_parameters', 0) / 1e6:.1f}M parameters (2 decoder layers of the target's width), reading 4 of the
 target's layers (`dflash_config.target_layer_ids` in `config.json`) and borrowing its embedding and lm_head. One
 forward drafts 15 tokens; the target verifies them in one forward, so the output is exactly the target's. z-lab's
 checkpoint format (`DFlashDraftModel`, `dflash.py`, `auto_map`). {_remote_code_note(DFLASH)}
@@ -87,10 +110,12 @@ exp(-(k-1)/{log.get('gamma')}), frozen target embedding and lm_head), in fp32 on
 grouped by answer length; the softmax runs over the {log.get('train_vocab')} tokens present in the data (a CPU
 saving; inference uses the full lm_head); {_fmt_settings(log)}. Offline tau afterwards (teacher-forced, full lm_head,
 {log.get('heldout_sequences')} held-out answers, {ev.get('blocks_judged', 0)} blocks): **{ev.get('offline_tau', 0):.2f}**.
+{_stages_line(runs, "dflash")}
 
 ```
 {cmds.get('regenerate', '')}
 {cmds.get('dflash', '')}
+{cmds.get('dflash2', '')}
 ```
 
 ## Decoding results
@@ -118,11 +143,12 @@ embedding. EAGLE layout (`midlayer.*`). Drafts a dynamic tree (`speculative_mode
 
 ## Training
 {_data_line(runs)}. Training-time test with {log.get('ttt_steps')} unrolled steps, fp32 on one CPU thread:
-{log.get('steps')} steps, {log.get('train_minutes', 0):.0f} minutes; {_fmt_settings(log)}.
+{log.get('steps')} steps, {log.get('train_minutes', 0):.0f} minutes; {_fmt_settings(log)}. {_stages_line(runs, "eagle3")}
 
 ```
 {cmds.get('regenerate', '')}
 {cmds.get('eagle3', '')}
+{cmds.get('eagle3_2', '')}
 ```
 
 ## Decoding results
@@ -182,12 +208,13 @@ def export_real_world(runs: str | Path, out: str | Path, bench_json: str | Path 
     if bench:
         bench["command"] = _commands(runs).get("bench", "specgen bench")
     exported = []
-    if (runs / "dflash" / "model").exists():
-        DFlashDraftModel.from_pretrained(runs / "dflash" / "model", dtype=torch.bfloat16).save_pretrained(out / DFLASH)
+    dflash_run, eagle3_run = final_stage(runs, "dflash"), final_stage(runs, "eagle3")
+    if (dflash_run / "model").exists():
+        DFlashDraftModel.from_pretrained(dflash_run / "model", dtype=torch.bfloat16).save_pretrained(out / DFLASH)
         (out / DFLASH / "README.md").write_text(dflash_card(runs, bench))
         exported.append(DFLASH)
-    if (runs / "eagle3" / "model").exists():
-        load_drafter(str(runs / "eagle3" / "model"), dtype=torch.bfloat16).save_pretrained(out / EAGLE3)
+    if (eagle3_run / "model").exists():
+        load_drafter(str(eagle3_run / "model"), dtype=torch.bfloat16).save_pretrained(out / EAGLE3)
         (out / EAGLE3 / "README.md").write_text(eagle3_card(runs, bench))
         exported.append(EAGLE3)
     if (runs / "whiflash" / "config.json").exists():

@@ -189,6 +189,10 @@ class DFlashDraftModel(PreTrainedModel):
         self.block_size = settings["block_size"]
         self.mask_token_id = settings["mask_token_id"]
         self.target_layer_ids = settings["target_layer_ids"]
+        # transformers' own DFlash path (generate(..., speculation_type="dflash")) reads these three at the top level
+        # of the config; z-lab's readers (vLLM, SGLang, hf_specgen) read `dflash_config` first, so both agree.
+        config.block_size, config.mask_token_id = self.block_size, self.mask_token_id
+        config.target_layer_ids = list(self.target_layer_ids)
         hidden = config.hidden_size
         self.layers = nn.ModuleList([DFlashDecoderLayer(config, i) for i in range(config.num_hidden_layers)])
         self.fc = nn.Linear(len(self.target_layer_ids) * hidden, hidden, bias=False)
@@ -197,15 +201,23 @@ class DFlashDraftModel(PreTrainedModel):
         self.rotary_emb = Qwen3RotaryEmbedding(config=config)
         self.post_init()
 
+    def __getattr__(self, name: str):
+        if name == "generation_config":  # transformers' plain assisted generation asks for it
+            raise AttributeError(
+                "DFlashDraftModel is a DFlash drafter, not a causal LM that transformers' assisted generation can "
+                "run: pass speculation_type=\"dflash\" to generate() (transformers' own DFlash path), or "
+                "speculative_mode=\"dflash\" on a model enabled with hf_specgen")
+        return super().__getattr__(name)
+
     def forward(
         self,
-        noise_embedding: torch.Tensor,
-        target_hidden: torch.Tensor,
-        position_ids: torch.Tensor,
+        noise_embedding: torch.Tensor | None = None,
+        target_hidden: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
         past_key_values=None,
         attention_mask: torch.Tensor | None = None,
         **kwargs,
-    ) -> torch.Tensor:
+    ):
         """Denoise one block per row.
 
         noise_embedding: [B, Q, H]  target embeddings of [last token, mask, ...]
@@ -215,13 +227,41 @@ class DFlashDraftModel(PreTrainedModel):
         attention_mask:  [B, 1, Q, K] bool or additive float over keys [cache ; context? ; block], or a flex
                          attention BlockMask over the same keys; None = see all
         returns:         [B, Q, H]
+
+        Called by transformers' ``speculation_type="dflash"`` path instead (keywords ``noise_embeds`` and
+        ``context_hidden_states``), it returns a ``BaseModelOutput``: see :meth:`_forward_for_transformers`.
         """
+        if noise_embedding is None and "noise_embeds" in kwargs:
+            return self._forward_for_transformers(kwargs["noise_embeds"], kwargs["context_hidden_states"],
+                                                  position_ids, past_key_values, attention_mask)
         context = self.hidden_norm(self.fc(target_hidden))  # [B, C, H]
         cos, sin = self.rotary_emb(noise_embedding, position_ids)  # [B, C+Q, hd]
         hidden = noise_embedding
         for layer in self.layers:
             hidden = layer(hidden, context, cos, sin, past_key_values, attention_mask)
         return self.norm(hidden)
+
+    def _forward_for_transformers(self, noise_embeds, context_hidden_states, position_ids, past_key_values,
+                                  attention_mask):
+        """transformers' DFlash candidate generator (batch 1, a ``DFlashCache``).
+
+        That generator crops ``block_size`` rows off the drafter cache before each round, expecting the block's K/V
+        to have been appended after the context's. This drafter keeps only context K/V (block K/V are recomputed
+        every round), so it appends ``block_size`` zero rows per layer for the crop to remove.
+        """
+        from transformers.modeling_outputs import BaseModelOutput
+
+        if attention_mask is not None and not bool(attention_mask.all()):
+            raise ValueError("transformers' DFlash path passed a padded attention mask; DFlash drafting there "
+                             "supports unpadded batch-1 prompts only (hf_specgen's speculative_mode=\"dflash\" "
+                             "handles padding)")
+        hidden = self.forward(noise_embeds, context_hidden_states, position_ids, past_key_values)  # [1, B, H]
+        if past_key_values is not None:
+            attn = self.layers[0].self_attn
+            placeholder = hidden.new_zeros(hidden.shape[0], attn.num_kv_heads, noise_embeds.shape[1], attn.head_dim)
+            for layer in self.layers:
+                past_key_values.update(placeholder, placeholder, layer.self_attn.layer_idx)
+        return BaseModelOutput(last_hidden_state=hidden)
 
     def prefill_context(self, target_hidden: torch.Tensor, position_ids: torch.Tensor, past_key_values) -> None:
         """Append context rows to the cache without drafting a block (context rows only lend K/V).

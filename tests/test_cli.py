@@ -135,3 +135,20 @@ def test_shipped_remote_code_files_are_the_package_model_files():
     assert {p.name for p in copies} >= {"dflash.py", "eagle3.py", "whiflash.py"}
     for shipped in copies:
         assert shipped.read_text() == (ROOT / "hf_specgen" / "models" / shipped.name).read_text(), shipped
+
+
+def test_real_target_defaults_to_bf16_only_where_the_cpu_has_bf16_units(monkeypatch):
+    from argparse import Namespace
+
+    from hf_specgen import targets
+    from hf_specgen.bench.runner import apply_world_defaults
+
+    for native, expected in ((True, "bf16"), (False, "fp32")):
+        monkeypatch.setattr(targets, "cpu_runs_bf16_fast", lambda: native)
+        args = Namespace(synthetic=None, target="smollm2-135m-instruct", prompts=None, categories=None, dtype="auto",
+                         device="cpu", command="bench")
+        assert apply_world_defaults(args) == "smollm2-135m-instruct"
+        assert args.dtype == expected
+        args = Namespace(**{**vars(args), "dtype": "auto", "device": "cuda"})
+        apply_world_defaults(args)
+        assert args.dtype == "bf16"

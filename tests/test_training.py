@@ -141,6 +141,33 @@ def test_dflash_loss_trains_only_the_drafter():
     assert all(torch.equal(before[k], v) for k, v in target.state_dict().items())
 
 
+def test_init_from_target_layers_reproduces_the_targets_own_context_values():
+    """The warm start copies the target's last layers and wires the tap below them through unchanged: the first
+    drafter layer's context values are the target's values at that layer, for any weights."""
+    torch.manual_seed(0)
+    target = make_target("llama")  # 4 layers; a Llama layer has no q/k norm, the drafter's keep theirs
+    drafter = make_dflash(target, block_size=4, num_layers=2, layer_ids=[0, 1])
+    assert dt.init_from_target_layers(drafter, target) == [2, 3]
+    for mine, theirs in zip(drafter.layers, target.model.layers[2:]):
+        for name, weight in theirs.state_dict().items():
+            assert torch.equal(mine.state_dict()[name], weight), name
+    assert torch.equal(drafter.norm.weight, target.model.norm.weight)
+    ids = torch.randint(3, 250, (1, 12))
+    seen = {}
+    hook = target.model.layers[2].self_attn.v_proj.register_forward_hook(lambda m, i, o: seen.setdefault("v", o))
+    with torch.no_grad():
+        hidden_states = target.model(input_ids=ids, output_hidden_states=True).hidden_states
+        taps = torch.cat([hidden_states[i + 1] for i in drafter.target_layer_ids], dim=-1)  # [1, 12, 2H]
+        context = drafter.hidden_norm(drafter.fc(taps))
+        values = drafter.layers[0].self_attn.v_proj(context)
+    hook.remove()
+    torch.testing.assert_close(values, seen["v"], atol=1e-5, rtol=1e-5)
+
+    without_tap = make_dflash(target, block_size=4, num_layers=2, layer_ids=[0, 2])
+    with pytest.raises(ValueError, match="include 1 in --target-layer-ids"):
+        dt.init_from_target_layers(without_tap, target)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # End to end on a miniature world: tokenizer, target, regenerate, train lm (pretrain + distill), train dflash.
 # ----------------------------------------------------------------------------------------------------------------

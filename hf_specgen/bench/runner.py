@@ -48,7 +48,7 @@ WORLDS = {
     "smollm2-135m-instruct": {"dflash": "smollm2-135m-instruct-dflash-b16", "eagle3": "smollm2-135m-instruct-eagle3",
                               "whiflash": "smollm2-135m-instruct-whiflash", "prompts": ["specbench", "humaneval"],
                               "compare_categories": ["humaneval", "math_reasoning", "mt_bench"],
-                              # bf16 where the CPU has bf16 units, else fp32 (see targets.cpu_runs_bf16_fast)
+                              # bf16 where the CPU has bf16 units, else fp32 (see targets.preferred_dtype)
                               "dtype": "cpu-native"},
 }
 REAL_WORLD = "smollm2-135m-instruct"
@@ -84,9 +84,9 @@ def apply_world_defaults(args) -> str | None:
     if args.dtype == "auto":
         args.dtype = "bf16" if args.device.startswith("cuda") else defaults["dtype"]
         if args.dtype == "cpu-native":
-            from ..targets import cpu_runs_bf16_fast
+            from ..targets import preferred_dtype
 
-            args.dtype = "bf16" if cpu_runs_bf16_fast() else "fp32"
+            args.dtype = preferred_dtype(args.device)
     return world
 
 

@@ -82,8 +82,8 @@ def _status(runs: Path) -> str:
             f"answers a round accepts on average {router.get('mean_al_dflash', 0):.2f} tokens with DFlash and "
             f"{router.get('mean_al_eagle', 0):.2f} with the EAGLE-3 chain (1.00 = no draft token accepted; "
             "teacher-forced on the training answers, so above what held-out prompts give), against the 3-6 of "
-            "drafters trained on GPUs: every step of this build ran on a 2-core CPU (`scripts/build_smollm2.sh`). The decoding figures "
-            "below are what these drafters give on held-out prompts.")
+            "drafters trained on GPUs: every step of this build ran on a 2-core CPU (`scripts/build_smollm2.sh`). "
+            "The decoding figures below are what these drafters give on held-out prompts.")
 
 
 def _warm_start_line(log: dict) -> str:

@@ -155,11 +155,14 @@ def _speculative_generate(model, input_ids, logits_processor, stopping_criteria,
         raise ValueError("Speculative modes do not support beam search: use num_beams=1.")
     if generation_config.num_return_sequences > 1:
         raise ValueError("Speculative modes return one sequence per prompt: use num_return_sequences=1.")
-    if input_ids.shape[0] != 1:
-        raise ValueError(
-            f"Speculative modes decode one prompt at a time (batch size 1), got a batch of {input_ids.shape[0]}: "
-            "call generate once per prompt."
-        )
+    if input_ids.shape[0] > 1:
+        refusal = getattr(decoder.proposer, "batch_refusal", None)
+        if refusal:
+            raise ValueError(f"Got a batch of {input_ids.shape[0]} prompts: {refusal}.")
+        if generation_config.return_dict_in_generate and (generation_config.output_scores
+                                                          or generation_config.output_logits):
+            raise ValueError("output_scores / output_logits with speculative modes return one prompt's scores: call "
+                             "generate once per prompt to get them, or drop them for the batch.")
     if model_kwargs.get("past_key_values") is not None and model_kwargs["past_key_values"].get_seq_length() > 0:
         raise ValueError("Speculative modes allocate their own KV caches: do not pass a filled past_key_values.")
     if model_kwargs.get("inputs_embeds") is not None:

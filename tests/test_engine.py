@@ -90,7 +90,7 @@ def test_dflash_drafts_equal_full_recomputation(qwen3_pair):
 
     def recording(self):
         draft = original(self)
-        records.append((self.session.last_slot, draft.clone()))
+        records.append((self.session.last_slot, draft[0].clone()))
         return draft
 
     DFlashProposer.propose = recording

@@ -84,12 +84,19 @@ def test_verifier_emits_draft_tokens_for_rescued_slots_and_target_token_after():
         logits[row, tok] = 2.0
     logits[1, 2] = 1.9  # slot 1: a near tie between 7 and the draft's 2 -> high entropy
     verifier = FlyVerifier(window=3, theta=0.3)
-    decision = verifier.decide(draft, logits, logits, do_sample=False)
-    assert decision.new_tokens.tolist() == [1, 2, 3, 4, 5, 6, 8]
-    assert decision.rescued == 1 and decision.mismatches == 1 and decision.n_accepted == 6
+    # Two batch rows: the case above, and the same block with a second mistake at the last slot, which lies in the
+    # last W slots and is never rescued: row 2 keeps the rescue at slot 1 and stops at slot 5.
+    late = draft.clone()
+    late[-1] = 0
+    decision = verifier.decide(torch.stack([draft, late]), torch.stack([logits, logits]),
+                               torch.stack([logits, logits]), do_sample=False)
+    n = decision.n_accepted.tolist()
+    assert n == [6, 5] and decision.rescued.tolist() == [1, 1] and decision.mismatches.tolist() == [1, 2]
+    assert decision.new_tokens[0, : n[0] + 1].tolist() == [1, 2, 3, 4, 5, 6, 8]
+    assert decision.new_tokens[1, : n[1] + 1].tolist() == [1, 2, 3, 4, 5, 6]  # the target's 6 replaces the draft's 0
     # H3 at slot 1 is about 0.70: a threshold of 1.0 refuses the rescue.
-    strict = FlyVerifier(window=3, theta=1.0).decide(draft, logits, logits, do_sample=False)
-    assert strict.new_tokens.tolist() == [1, 7] and strict.rescued == 0
+    strict = FlyVerifier(window=3, theta=1.0).decide(draft[None], logits[None], logits[None], do_sample=False)
+    assert strict.new_tokens[0, :2].tolist() == [1, 7] and strict.rescued.tolist() == [0]
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -136,7 +136,7 @@ def tap_cost(target, layer_ids: list[int], width: int, repeats: int = 30) -> dic
     prompt = torch.randint(3, target.config.vocab_size - 1, (1, 64), device=target.device)
     dtype = target.get_input_embeddings().weight.dtype
     session = DecodingSession(prompt, None, 64 + 2 * width, width, dtype)
-    cache = static_cache(session.capacity, len(decoder_layers(target)))
+    cache = static_cache(session.capacity, len(decoder_layers(target)), 1, target.device)
     target(input_ids=prompt, position_ids=session.positions[:, :64], attention_mask=session.prefill_mask(),
            past_key_values=cache, use_cache=True)
     block = torch.randint(3, target.config.vocab_size - 1, (1, width), device=target.device)

@@ -15,14 +15,14 @@ import torch
 class NoDraftProposer:
     block_size = 1  # the verify block is the last committed token alone
     tapped_layer_ids: list[int] = []  # no target hidden states needed
+    batch_refusal = None
 
     def start(self, session, prompt_features) -> None:
         self.session = session
         self.forward_calls = 0
 
     def propose(self) -> torch.Tensor:
-        start = self.session.last_slot
-        return self.session.tokens[0, start: start + 1]  # [1]
+        return self.session.token_block(self.session.last_slots, 1)  # [B, 1]
 
-    def commit(self, verify_features, n_committed: int) -> None:
+    def commit(self, verify_features, n_committed: torch.Tensor) -> None:
         pass

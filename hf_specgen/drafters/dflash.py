@@ -63,6 +63,8 @@ def check_dflash_fits_target(drafter: DFlashDraftModel, target, block_size: int)
 
 
 class DFlashProposer:
+    batch_refusal = None
+
     def __init__(self, drafter: DFlashDraftModel, target, block_size: int | None, compile_steps: bool):
         self.block_size = block_size or drafter.block_size
         check_dflash_fits_target(drafter, target, self.block_size)
@@ -74,45 +76,45 @@ class DFlashProposer:
         self._step = StepRunner(self._draft_step, compile_steps, drafter.device)
 
     def _draft_step(self, block_ids, context_features, positions, mask):
-        # block_ids [1, W]; context_features [1, C, n_taps*H]; positions [1, C+W]; mask [1, 1, W, K+W]
-        hidden = self.drafter(self.embed(block_ids), context_features, positions, self.cache, mask)  # [1, W, H]
-        return self.lm_head(hidden[:, 1:]).argmax(dim=-1)[0]  # [W-1]
+        # block_ids [B, W]; context_features [B, C, n_taps*H]; positions [B, C+W]; mask [B, 1, W, K+W]
+        hidden = self.drafter(self.embed(block_ids), context_features, positions, self.cache, mask)  # [B, W, H]
+        return self.lm_head(hidden[:, 1:]).argmax(dim=-1)  # [B, W-1]
 
     def start(self, session, prompt_features: torch.Tensor) -> None:
         self.session = session
-        self.cache = static_cache(session.capacity, self.drafter.config.num_hidden_layers)
-        self.pending = prompt_features  # [1, P, n_taps*H], cached from slot 0
-        self.context_len = 0  # drafter cache slots holding committed context
+        self.cache = static_cache(session.capacity, self.drafter.config.num_hidden_layers, session.batch_size,
+                                  session.device)
+        self.pending = prompt_features  # [B, P, n_taps*H], cached from slot 0
+        self.context_start = torch.zeros_like(session.lengths)  # [B] first slot of the pending context rows
         self.forward_calls = 0
-        self.block_ids = torch.full((1, self.block_size), self.mask_token_id, dtype=torch.long, device=session.device)
+        self.block_ids = torch.full((session.batch_size, self.block_size), self.mask_token_id, dtype=torch.long,
+                                    device=session.device)
 
     def propose(self) -> torch.Tensor:
-        """[W] block to verify: last committed token, then W-1 drafted tokens."""
+        """[B, W] blocks to verify: each row's last committed token, then W-1 drafted tokens."""
         session, width = self.session, self.block_size
-        start = session.last_slot
-        context_start, n_ctx = self.context_len, self.pending.shape[1]
-        self.block_ids[:, :1] = session.tokens[:, start : start + 1]
-        positions = torch.cat(
-            [session.positions[:, context_start : context_start + n_ctx], session.positions[:, start : start + width]], dim=1
-        )  # [1, C+W]
+        starts, n_ctx = session.last_slots, self.pending.shape[1]  # [B]
+        self.block_ids[:, :1] = session.token_block(starts, 1)
+        positions = torch.cat([session.position_block(self.context_start, n_ctx), session.position_block(starts, width)],
+                              dim=1)  # [B, C+W]
         # Round 1 has the prompt (any length) as context: run it eagerly; later rounds have exactly W rows.
         step = self._step if n_ctx == width else self._step.eager
-        drafted = step(self.block_ids, self.pending, positions, session.block_mask(start, width))
-        set_cache_length(self.cache, start)  # keep only committed context slots
-        self.context_len = start
+        set_cache_length(self.cache, self.context_start)  # the pending rows are written from here
+        drafted = step(self.block_ids, self.pending, positions, session.block_mask(starts, width))
+        self.context_start = starts.clone()  # the cache now holds valid context for the slots < start only
         self.forward_calls += 1
-        return torch.cat([self.block_ids[0, :1], drafted])
+        return torch.cat([self.block_ids[:, :1], drafted], dim=1)
 
     def prefill_context(self) -> None:
         """Eager catch-up (WhiFlash with lazy=False): append the pending (all committed) context rows now."""
         rows = self.pending.shape[1]
         if rows:
-            start = self.context_len
-            set_cache_length(self.cache, start)
-            self.drafter.prefill_context(self.pending, self.session.positions[:, start: start + rows], self.cache)
-            self.context_len = start + rows
+            set_cache_length(self.cache, self.context_start)
+            self.drafter.prefill_context(self.pending, self.session.position_block(self.context_start, rows),
+                                         self.cache)
+            self.context_start = self.context_start + rows
             self.pending = self.pending[:, :0]
 
-    def commit(self, verify_features: torch.Tensor, n_committed: int) -> None:
+    def commit(self, verify_features: torch.Tensor, n_committed: torch.Tensor) -> None:
         # All W rows go in next round (fixed shape); rows past the committed ones are masked and overwritten.
         self.pending = verify_features

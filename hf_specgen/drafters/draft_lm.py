@@ -61,6 +61,13 @@ class DraftModelProposer:
         self.block_size = num_draft_tokens + 1
         self.ngram, self.max_ngram, self.ngram_tokens = ngram, max_ngram, ngram_tokens
         self.confidence_threshold = confidence_threshold
+        self.batch_refusal = None
+        if ngram:
+            self.batch_refusal = ("FLy's prompt-lookup drafting (fly_ngram) drafts for one prompt at a time: pass "
+                                  "fly_ngram=False to decode a batch, or call generate once per prompt")
+        elif confidence_threshold is not None:
+            self.batch_refusal = ("draft_confidence_threshold stops drafting per prompt: leave it unset to decode a "
+                                  "batch, or call generate once per prompt")
         # Padded candidate rows may be written past the last verified slot: the cache needs that much room.
         self.cache_margin = ngram_tokens + 2 if ngram else 0
         self.forward_calls = 0
@@ -69,24 +76,25 @@ class DraftModelProposer:
         self._rows_step = StepRunner(self._draft_rows_step, compile_steps, device)
 
     def _forward(self, ids, positions, mask):
-        # ids [1, n]; positions [1, n]; mask [1, 1, n, capacity] -> logits [n, V]
+        # ids [B, n]; positions [B, n]; mask [B, 1, n, capacity] -> logits [B, n, V]
         return self.draft_model(input_ids=ids, position_ids=positions, attention_mask=mask,
-                                past_key_values=self.cache, use_cache=True).logits[0]
+                                past_key_values=self.cache, use_cache=True).logits
 
     def _draft_step(self, ids, positions, mask):
-        # -> ([1] argmax after the last row, [1] its probability, or None without a confidence threshold)
-        logits = self._forward(ids, positions, mask)[-1:]
+        # -> ([B] argmax after the last row, [B] its probability, or None without a confidence threshold)
+        logits = self._forward(ids, positions, mask)[:, -1]
         if self.confidence_threshold is None:  # plain drafting needs no softmax over the vocabulary
             return logits.argmax(dim=-1), None
         confidence, token = logits.float().softmax(dim=-1).max(dim=-1)
         return token, confidence
 
     def _draft_rows_step(self, ids, positions, mask):
-        return self._forward(ids, positions, mask).argmax(dim=-1)  # [n] argmax after every row
+        return self._forward(ids, positions, mask).argmax(dim=-1)  # [B, n] argmax after every row
 
     def start(self, session, prompt_features) -> None:
         self.session = session
-        self.cache = static_cache(session.capacity, len(decoder_layers(self.draft_model)))
+        self.cache = static_cache(session.capacity, len(decoder_layers(self.draft_model)), session.batch_size,
+                                  session.device)
         prompt_len = session.prompt_len
         # Prefill the prompt except its last token (it is rewritten as the first row of round 1).
         if prompt_len > 1:
@@ -95,34 +103,32 @@ class DraftModelProposer:
                              attention_mask=session.causal_mask(0, prompt_len - 1), past_key_values=self.cache,
                              use_cache=True)
         self.forward_calls = 0
-        self.drafts = torch.zeros(self.block_size, dtype=torch.long, device=session.device)
+        self.drafts = torch.zeros((session.batch_size, self.block_size), dtype=torch.long, device=session.device)
 
     def propose(self) -> torch.Tensor:
-        """[W]: the last committed token, then K greedy draft tokens."""
+        """[B, W]: each row's last committed token, then K greedy draft tokens."""
         if self.ngram:
             return self._propose_with_ngrams()
-        session, start = self.session, self.session.last_slot
-        first = max(start - 1, 0)
-        n_rows = start + 1 - first  # 2, or 1 for a one-token prompt's first round
-        set_cache_length(self.cache, first)
-        step = self._step if n_rows == 2 else self._step.eager
-        token, confidence = step(session.tokens[:, first: start + 1], session.positions[:, first: start + 1],
-                                 session.causal_mask(first, n_rows))
-        self.drafts[0] = session.tokens[0, start]
-        self.drafts[1] = token[0]
+        session, starts = self.session, self.session.last_slots  # [B], each >= 1 (the prefill committed a token)
+        firsts = starts - 1
+        set_cache_length(self.cache, firsts)
+        token, confidence = self._step(session.token_block(firsts, 2), session.position_block(firsts, 2),
+                                       session.causal_mask(firsts, 2))
+        self.drafts[:, 0] = session.token_block(starts, 1)[:, 0]
+        self.drafts[:, 1] = token
         drafted = 1
         for j in range(1, self.num_draft_tokens):
-            if self.confidence_threshold is not None and float(confidence) < self.confidence_threshold:
-                self.drafts[j + 1:] = self.drafts[j]  # unsure: stop drafting, pad the fixed-width block
+            if self.confidence_threshold is not None and float(confidence) < self.confidence_threshold:  # batch 1
+                self.drafts[:, j + 1:] = self.drafts[:, j: j + 1]  # unsure: stop drafting, pad the fixed-width block
                 break
-            slot = start + j
-            token, confidence = self._step(self.drafts[j: j + 1][None], session.positions[:, slot: slot + 1],
-                                           session.causal_mask(slot, 1))
-            self.drafts[j + 1] = token[0]
+            slots = starts + j
+            token, confidence = self._step(self.drafts[:, j: j + 1], session.position_block(slots, 1),
+                                           session.causal_mask(slots, 1))
+            self.drafts[:, j + 1] = token
             drafted += 1
         self.forward_calls += drafted
         if drafted < self.num_draft_tokens and not self._step.compiled:
-            return self.drafts[: drafted + 1].clone()  # eager: verify only what was drafted (fewer target rows)
+            return self.drafts[:, : drafted + 1].clone()  # eager: verify only what was drafted (fewer target rows)
         return self.drafts.clone()
 
     def _propose_with_ngrams(self) -> torch.Tensor:
@@ -138,7 +144,8 @@ class DraftModelProposer:
             slots = slice(pending_slot, pending_slot + len(rows))
             ids = torch.tensor([rows], device=session.device)
             # Shapes: 2 or 1 pending rows, with or without M candidate rows: four fixed shapes in all.
-            predicted = self._rows_step(ids, session.positions[:, slots], session.causal_mask(pending_slot, len(rows)))
+            predicted = self._rows_step(ids, session.positions[:, slots],
+                                        session.causal_mask(pending_slot, len(rows)))[0]
             # Row len(pending)-1+i predicts the token after candidate i-1 (after the pending tokens for i = 0).
             follow = predicted[len(pending) - 1: len(pending) + len(candidates)].tolist()
             kept = 0
@@ -151,5 +158,5 @@ class DraftModelProposer:
             self.forward_calls += 1
         return torch.tensor(history[-1:] + drafted[:k], device=session.device)
 
-    def commit(self, verify_features, n_committed: int) -> None:
+    def commit(self, verify_features, n_committed: torch.Tensor) -> None:
         pass  # the next round re-reads the committed tokens from the session

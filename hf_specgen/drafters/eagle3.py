@@ -44,6 +44,8 @@ def check_eagle3_fits_target(drafter: Eagle3DraftModel, target, layer_ids: list[
 class Eagle3ChainProposer:
     """K draft tokens per round, one drafter step each (a tree with top_k = 1)."""
 
+    batch_refusal = None
+
     def __init__(self, drafter: Eagle3DraftModel, target, num_draft_tokens: int, compile_steps: bool):
         layers = target.config.get_text_config(decoder=True).num_hidden_layers
         self.tapped_layer_ids = drafter.target_layer_ids or default_eagle3_layer_ids(layers)
@@ -58,83 +60,85 @@ class Eagle3ChainProposer:
         self._chain_step = StepRunner(self._step, compile_steps, device)
 
     def _step(self, token_ids, features, positions, mask):
-        # token_ids [1, T]; features [1, T, n*H] or [1, T, H]; positions [1, T]; mask [1, 1, T, capacity]
-        hidden = self.drafter(self.embed(token_ids), features, positions, self.cache, mask)  # [1, T, H]
-        draft_ids = self.drafter.draft_logits(hidden).argmax(dim=-1)  # [1, T]
-        return self.drafter.to_target_ids(draft_ids)[0], hidden
+        # token_ids [B, T]; features [B, T, n*H] or [B, T, H]; positions [B, T]; mask [B, 1, T, capacity]
+        hidden = self.drafter(self.embed(token_ids), features, positions, self.cache, mask)  # [B, T, H]
+        draft_ids = self.drafter.draft_logits(hidden).argmax(dim=-1)  # [B, T]
+        return self.drafter.to_target_ids(draft_ids), hidden
 
     def start(self, session, prompt_features: torch.Tensor) -> None:
         self.session = session
-        self.cache = static_cache(session.capacity, 1)
-        self.pending = prompt_features  # [1, P, n*H]: features of slots 0..P-1
-        self.context_len = 0
+        self.cache = static_cache(session.capacity, 1, session.batch_size, session.device)
+        self.pending = prompt_features  # [B, P, n*H]: features of slots 0..P-1
+        self.context_start = torch.zeros_like(session.lengths)  # [B] feature slot of the first pending row
         self.forward_calls = 0
-        self.drafts = torch.zeros(self.block_size, dtype=torch.long, device=session.device)
+        self.drafts = torch.zeros((session.batch_size, self.block_size), dtype=torch.long, device=session.device)
 
-    def _context(self, start: int):
-        """Bring the cache up to slot start-1 from the pending feature rows; returns (prediction after the bonus,
-        the drafter's output at slot start-1 [1, 1, H]).
+    def _context(self, starts: torch.Tensor):
+        """Bring each row's cache up to slot start-1 from the pending feature rows; returns (prediction after the
+        bonus [B], the drafter's output at slot start-1 [B, 1, H]).
 
         Rows of feature slot t pair with the committed token at t+1. A fixed W-row block (the last verify, of which
         the first rows are committed) runs as one step; any other count (the prompt, a catch-up backlog) is all
         committed: its rows but the last get KV-only prefill, the last runs the full layer.
         """
-        session, first, rows = self.session, self.context_len, self.pending.shape[1]
+        session, first, rows = self.session, self.context_start, self.pending.shape[1]
         set_cache_length(self.cache, first)
-        token_ids = session.tokens[:, first + 1: first + 1 + rows]
+        token_ids = session.token_block(first + 1, rows)  # [B, rows]
         if rows == self.block_size:
-            predicted, hidden = self._context_step(token_ids, self.pending, session.positions[:, first: first + rows],
-                                                   session.causal_mask(first, rows))
-            last = start - 1 - first
-            predicted, hidden = predicted[last], hidden[:, last: last + 1]
+            predicted, hidden = self._context_step(token_ids, self.pending, session.position_block(first, rows),
+                                                   session.causal_mask(first, rows))  # [B, W], [B, W, H]
+            last = (starts - 1 - first).clamp(min=0)[:, None]  # [B, 1]; a finished row's is never read
+            predicted = predicted.gather(1, last)[:, 0]
+            hidden = hidden.gather(1, last[:, :, None].expand(-1, -1, hidden.shape[-1]))
         else:
-            if start - first != rows:
-                raise RuntimeError(f"EAGLE-3 drafter expected {start - first} pending rows, got {rows}")
             if rows > 1:
                 self.drafter.prefill_kv(self.embed(token_ids[:, :-1]), self.pending[:, :-1],
-                                        session.positions[:, first: start - 1], self.cache)
+                                        session.position_block(first, rows - 1), self.cache)
+            last_slots = first + rows - 1  # == starts - 1
             predicted, hidden = self._context_step.eager(token_ids[:, -1:], self.pending[:, -1:],
-                                                         session.positions[:, start - 1: start],
-                                                         session.causal_mask(start - 1, 1))
-            predicted = predicted[0]
-        set_cache_length(self.cache, start)  # rows from slot start on were built from uncommitted tokens
+                                                         session.position_block(last_slots, 1),
+                                                         session.causal_mask(last_slots, 1))
+            predicted = predicted[:, 0]
+        set_cache_length(self.cache, starts)  # rows from slot start on were built from uncommitted tokens
         return predicted, hidden
 
     def prefill_context(self) -> None:
         """Eager catch-up (WhiFlash with lazy=False): KV-only prefill of the pending rows but the last one, which
         the next ``propose`` runs in full to seed its drafts."""
-        session, first, rows = self.session, self.context_len, self.pending.shape[1]
+        session, first, rows = self.session, self.context_start, self.pending.shape[1]
         if rows > 1:
             set_cache_length(self.cache, first)
-            token_ids = session.tokens[:, first + 1: first + rows]
-            self.drafter.prefill_kv(self.embed(token_ids), self.pending[:, :-1],
-                                    session.positions[:, first: first + rows - 1], self.cache)
-            self.context_len = first + rows - 1
+            self.drafter.prefill_kv(self.embed(session.token_block(first + 1, rows - 1)), self.pending[:, :-1],
+                                    session.position_block(first, rows - 1), self.cache)
+            self.context_start = first + rows - 1
             self.pending = self.pending[:, -1:]
 
     def propose(self) -> torch.Tensor:
-        """[W]: the last committed token, then K draft tokens."""
-        session, start = self.session, self.session.last_slot
-        predicted, hidden = self._context(start)
-        self.drafts[0] = session.tokens[0, start]
-        self.drafts[1] = predicted
+        """[B, W]: each row's last committed token, then K draft tokens."""
+        session, starts = self.session, self.session.last_slots
+        predicted, hidden = self._context(starts)
+        self.drafts[:, 0] = session.token_block(starts, 1)[:, 0]
+        self.drafts[:, 1] = predicted
         for j in range(1, self.num_draft_tokens):
-            slot = start + j - 1
-            predicted, hidden = self._chain_step(self.drafts[j: j + 1][None], hidden, session.positions[:, slot: slot + 1],
-                                                 session.causal_mask(slot, 1))
-            self.drafts[j + 1] = predicted[0]
+            slots = starts + j - 1
+            predicted, hidden = self._chain_step(self.drafts[:, j: j + 1], hidden, session.position_block(slots, 1),
+                                                 session.causal_mask(slots, 1))
+            self.drafts[:, j + 1] = predicted[:, 0]
             hidden = hidden.clone()  # a CUDA-graph replay would overwrite it before the next step reads it
         self.forward_calls += self.num_draft_tokens
-        set_cache_length(self.cache, start)  # keep rows built from real target features only
-        self.context_len = start
+        set_cache_length(self.cache, starts)  # keep rows built from real target features only
+        self.context_start = starts.clone()
         return self.drafts.clone()
 
-    def commit(self, verify_features: torch.Tensor, n_committed: int) -> None:
-        self.pending = verify_features  # [1, W, n*H]: slots start..start+W-1; the first n_committed are valid
+    def commit(self, verify_features: torch.Tensor, n_committed: torch.Tensor) -> None:
+        self.pending = verify_features  # [B, W, n*H]: slots start..start+W-1; the first n_committed are valid
 
 
 class Eagle3TreeProposer(Eagle3ChainProposer):
     """Dynamic draft trees: ``depth`` drafter forwards of ``top_k`` rows, ``total_tokens`` nodes verified."""
+
+    batch_refusal = ("EAGLE-3 trees (eagle_top_k > 1, the default) draft for one prompt at a time: pass eagle_top_k=1 "
+                     "(a chain) to decode a batch, or call generate once per prompt")
 
     def __init__(self, drafter: Eagle3DraftModel, target, top_k: int, depth: int, total_tokens: int,
                  compile_steps: bool):
@@ -153,8 +157,8 @@ class Eagle3TreeProposer(Eagle3ChainProposer):
         return logprobs[0], hidden
 
     def propose(self) -> TreeProposal:
-        session, start, k = self.session, self.session.last_slot, self.top_k
-        _, hidden = self._context(start)  # hidden [1, 1, H]: the drafter's output at slot start-1
+        session, start, k = self.session, self.session.last_slot, self.top_k  # batch 1
+        _, hidden = self._context(session.last_slots)  # hidden [1, 1, H]: the drafter's output at slot start-1
         logprobs = torch.log_softmax(self.drafter.draft_logits(hidden[0, 0]).float(), dim=-1)  # [draft_vocab]
         # Candidate nodes: (score, token, parent node id or -1 for the root, depth); expanded nodes have a drafter row.
         scores, draft_ids = logprobs.topk(k)
@@ -163,7 +167,7 @@ class Eagle3TreeProposer(Eagle3ChainProposer):
         frontier = list(range(k))  # node ids to expand next
         frontier_hidden = hidden.expand(1, k, -1)  # [1, k, H]: each node's parent output
         row_slot: dict[int, int] = {}  # node id -> drafter cache slot of the row that expanded it
-        base_allowed = session.context_allowed(start)  # [capacity] committed context
+        base_allowed = session.context_allowed(start)  # [1, capacity] committed context
         for level in range(1, self.depth):
             slot0 = start + (level - 1) * k
             allowed = base_allowed.expand(k, -1).clone()  # [k, capacity]
@@ -176,7 +180,7 @@ class Eagle3TreeProposer(Eagle3ChainProposer):
             ids = torch.tensor([[nodes[n][1] for n in frontier]], device=session.device)
             positions = session.positions[:, start: start + 1] + (level - 1)  # siblings share a position
             logprobs, hidden = self._level_step(ids, frontier_hidden, positions.expand(1, k),
-                                                session.mask_from(allowed))
+                                                session.mask_from(allowed[None]))
             child_scores, child_ids = logprobs.topk(k, dim=-1)  # [k, k]
             totals = child_scores + torch.tensor([nodes[n][0] for n in frontier], device=logprobs.device)[:, None]
             child_tokens = self.drafter.to_target_ids(child_ids).tolist()
@@ -190,7 +194,7 @@ class Eagle3TreeProposer(Eagle3ChainProposer):
             frontier_hidden = hidden[:, [b // k for b in best]].clone()  # [1, k, H]: outputs of the chosen parents
         self.forward_calls += self.depth
         set_cache_length(self.cache, start)
-        self.context_len = start
+        self.context_start = session.last_slots.clone()
         return self._select(nodes, session)
 
     def _select(self, nodes, session) -> TreeProposal:

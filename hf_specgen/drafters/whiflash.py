@@ -39,6 +39,9 @@ class WhiFlashProposer:
     on the bundle (``set_category``) applies to a decoder that is already built.
     """
 
+    batch_refusal = ("WhiFlash routes each round for one prompt at a time: call generate once per prompt, or decode "
+                     "a batch with speculative_mode='dflash' or an EAGLE-3 chain")
+
     def __init__(self, ar: Eagle3ChainProposer, parallel: DFlashProposer, target, settings, seed: int = 0):
         self.proposers = {AR: ar, PARALLEL: parallel}
         final_layer = len(decoder_layers(target)) - 1
@@ -117,7 +120,12 @@ class WhiFlashProposer:
         self.forward_calls += proposer.forward_calls - calls
         return draft
 
-    def commit(self, verify_features: torch.Tensor, n_committed: int) -> None:
+    def round_records(self) -> dict[str, list]:
+        """Per-round records for the call's statistics."""
+        return {"drafter_per_round": self.drafter_per_round, "backlog_sizes": self.backlog_sizes}
+
+    def commit(self, verify_features: torch.Tensor, n_committed: torch.Tensor) -> None:
+        n_committed = int(n_committed[0])  # batch 1: the router decides on the host anyway
         for name, proposer in self.proposers.items():
             columns = verify_features[..., self._columns[name]]
             if name == self.active:

@@ -1,9 +1,11 @@
-"""KV caches for speculative decoding: allocated once per call, rolled back in O(1).
+"""KV caches for speculative decoding: allocated once per call, rolled back in O(1), one write position per row.
 
-transformers' ``StaticLayer`` writes new K/V at ``cumulative_length`` and never reallocates, which is what
-torch.compile and CUDA graphs need. Rolling back after a partly rejected verify is just moving that length
-back: the stale rows past it are hidden by our masks and overwritten by the next write. The length's
-attribute name is internal to transformers, so it is touched only here (and tested for 5.17 and later).
+transformers' ``StaticLayer`` pre-allocates [B, heads, capacity, head_dim] and never reallocates, which is what
+torch.compile and CUDA graphs need, but it writes every batch row at one shared position. In a speculative batch
+each row accepts a different number of tokens per round, so ``RowStaticLayer`` keeps a [B] tensor of write
+positions: row b's new K/V go to slots row_lengths[b] .. row_lengths[b]+T-1 (a scatter of fixed shape). Rolling
+back after a partly rejected verify is moving those positions back: the stale rows past them are hidden by our
+masks and overwritten by the next write.
 """
 
 from __future__ import annotations
@@ -12,35 +14,48 @@ import torch
 from transformers.cache_utils import Cache, StaticLayer
 
 
-def static_cache(max_cache_len: int, num_layers: int) -> Cache:
-    """A cache of ``num_layers`` full-attention static layers.
+class RowStaticLayer(StaticLayer):
+    """A full-attention static layer whose batch rows each write at their own position (``row_lengths`` [B])."""
 
-    Built from plain ``StaticLayer``s rather than ``StaticCache(config)``: a config with sliding-window
-    layers would get ring buffers, which cannot be rolled back; callers check the window is long enough.
+    def __init__(self, max_cache_len: int, batch_size: int = 1, device: torch.device | str = "cpu"):
+        super().__init__(max_cache_len=max_cache_len)
+        self.row_lengths = torch.zeros(batch_size, dtype=torch.long, device=device)
+        torch._dynamo.mark_static_address(self.row_lengths)  # updated in place inside compiled steps
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        # key_states / value_states: [B, heads, T, head_dim], written at each row's own slots
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        batch, heads, new, _ = key_states.shape
+        if batch != self.row_lengths.shape[0]:
+            raise RuntimeError(f"cache built for {self.row_lengths.shape[0]} rows got a batch of {batch}")
+        slots = self.row_lengths[:, None] + torch.arange(new, device=key_states.device)  # [B, T]
+        index = slots[:, None, :, None].expand(batch, heads, new, 1)
+        self.keys.scatter_(2, index.expand(-1, -1, -1, self.k_head_dim), key_states)
+        self.values.scatter_(2, index.expand(-1, -1, -1, self.v_head_dim), value_states)
+        self.row_lengths.add_(new)
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return int(self.row_lengths.max()) if self.is_initialized else 0
+
+
+def static_cache(max_cache_len: int, num_layers: int, batch_size: int = 1, device: torch.device | str = "cpu") -> Cache:
+    """A cache of ``num_layers`` full-attention static layers with per-row write positions.
+
+    Built from our own layers rather than ``StaticCache(config)``: a config with sliding-window layers would get
+    ring buffers, which cannot be rolled back; callers check the window is long enough.
     """
-    return Cache(layers=[StaticLayer(max_cache_len=max_cache_len) for _ in range(num_layers)])
-
-
-def _length_tensors(cache: Cache) -> list[torch.Tensor]:
-    lengths = []
-    for layer in cache.layers:
-        length = getattr(layer, "cumulative_length", None)
-        if not isinstance(length, torch.Tensor):
-            raise RuntimeError(
-                "hf_specgen could not find the static cache length (`StaticLayer.cumulative_length`) in this "
-                "transformers release; install a supported version: pip install 'transformers>=5.17,<6'."
-            )
-        lengths.append(length)
-    return lengths
+    return Cache(layers=[RowStaticLayer(max_cache_len, batch_size, device) for _ in range(num_layers)])
 
 
 def set_cache_length(cache: Cache, length: int | torch.Tensor) -> None:
-    """Move every layer's write position to ``length`` in place (tensor addresses unchanged)."""
-    for layer_length in _length_tensors(cache):
+    """Move every layer's write position to ``length`` (an int for every row, or [B]) in place."""
+    for layer in cache.layers:
         if isinstance(length, torch.Tensor):
-            layer_length.copy_(length)
+            layer.row_lengths.copy_(length)
         else:
-            layer_length.fill_(length)
+            layer.row_lengths.fill_(length)
 
 
 def cache_tensor_addresses(cache: Cache) -> list[int]:

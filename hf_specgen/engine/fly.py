@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .verify import target_choices
+
 FLY_SAMPLING_RULES = ("reference", "lossless_core")
 FLY_WINDOW_CONVENTIONS = ("reference", "vllm")
 GATE_OFF_BELOW = 0.01  # theta at or below this disables the entropy gate (reference behaviour)
@@ -48,14 +50,14 @@ def reference_window(window: int, convention: str) -> int:
 
 
 def fly_rescue(exact: torch.Tensor, entropy: torch.Tensor, window: int, theta: float) -> torch.Tensor:
-    """Which mismatches FLy accepts.
+    """Which mismatches FLy accepts, for every batch row at once.
 
-    exact:   [K] bool, draft token j equals the target's choice at slot j
-    entropy: [K] top-3 entropy of the target at slot j
+    exact:   [..., K] bool, draft token j equals the target's choice at slot j
+    entropy: [..., K] top-3 entropy of the target at slot j
     window:  W in the reference convention (0 = no window)
-    returns  [K] bool rescue flags (only ever true where exact is false)
+    returns  [..., K] bool rescue flags (only ever true where exact is false)
     """
-    k = exact.shape[0]
+    k = exact.shape[-1]
     gate = torch.ones_like(exact) if theta <= GATE_OFF_BELOW else entropy >= theta
     rescue = ~exact & gate
     if window == 0:
@@ -63,27 +65,29 @@ def fly_rescue(exact: torch.Tensor, entropy: torch.Tensor, window: int, theta: f
     slots = torch.arange(k, device=exact.device)
     rescue &= slots <= k - window - 1  # boundary: the last W slots are never rescued (and K < W rescues nothing)
     # exact[j+1 .. j+W-1] all true <=> no mismatch among the next W-1 slots: count mismatches with a cumulative sum.
-    misses = torch.cat([torch.zeros(1, dtype=torch.long, device=exact.device), (~exact).long().cumsum(0)])  # [K+1]
-    ahead_end = (slots + window).clamp(max=k)  # exclusive end of the window
-    window_misses = misses[ahead_end] - misses[(slots + 1).clamp(max=k)]
+    misses = torch.nn.functional.pad((~exact).long().cumsum(-1), (1, 0))  # [..., K+1]
+    ahead_end = (slots + window).clamp(max=k).expand_as(exact)  # exclusive end of the window
+    window_misses = misses.gather(-1, ahead_end) - misses.gather(-1, (slots + 1).clamp(max=k).expand_as(exact))
     return rescue & (window_misses == 0)
 
 
-def committed_prefix(final: torch.Tensor) -> int:
-    """n = index of the first false in ``final`` (its length if none)."""
-    return int(final.long().cumprod(0).sum())
+def committed_prefix(final: torch.Tensor) -> torch.Tensor:
+    """[..., K] -> [...]: index of the first false in ``final`` (K if none)."""
+    return final.long().cumprod(-1).sum(-1)
 
 
 @dataclass
 class FlyDecision:
-    n_accepted: int  # draft tokens emitted (exact or rescued)
-    new_tokens: torch.Tensor  # [n_accepted + 1]
-    mismatches: int  # slots among the K drafts where the draft differed from the target's choice
-    rescued: int  # emitted draft tokens that the strict rule would have refused
+    """Per batch row (device tensors)."""
+
+    n_accepted: torch.Tensor  # [B] draft tokens emitted (exact or rescued)
+    new_tokens: torch.Tensor  # [B, K+1]: row b commits new_tokens[b, :n_accepted[b] + 1]
+    mismatches: torch.Tensor  # [B] slots among the K drafts where the draft differed from the target's choice
+    rescued: torch.Tensor  # [B] emitted draft tokens that the strict rule would have refused
 
 
 class FlyVerifier:
-    """FLy's acceptance rule for one verified block (the engine calls it instead of the lossless rule).
+    """FLy's acceptance rule for the verified blocks of a batch (the engine calls it instead of the lossless rule).
 
     window / theta: W (reference convention) and the entropy threshold. sampling_rule, for do_sample=True:
     "reference" (greedy draft; exact if the draft equals either of two target samples; replacement = first
@@ -98,24 +102,23 @@ class FlyVerifier:
 
     def decide(self, draft: torch.Tensor, raw_logits: torch.Tensor, scores: torch.Tensor,
                do_sample: bool) -> FlyDecision:
-        """draft [K+1] (draft[0] = last committed token); raw_logits / scores [K+1, V] -> what to commit."""
-        k = draft.shape[0] - 1
+        """draft [B, K+1] (draft[:, 0] = last committed token); raw_logits / scores [B, K+1, V] -> what to commit."""
+        k = draft.shape[1] - 1
         if do_sample:
-            probs = torch.softmax(scores, dim=-1)
-            first = torch.multinomial(probs, 1).squeeze(-1)  # [K+1]
-            exact = draft[1:] == first[:-1]
+            choices = target_choices(scores, True)  # [B, K+1]
+            exact = draft[:, 1:] == choices[:, :-1]
             if self.sampling_rule == "reference":
-                second = torch.multinomial(probs, 1).squeeze(-1)
-                exact |= draft[1:] == second[:-1]
-            choices = first
+                exact |= draft[:, 1:] == target_choices(scores, True)[:, :-1]
         else:
             choices = scores.argmax(dim=-1)
-            exact = draft[1:] == choices[:-1]  # [K]
-        entropy = top3_entropy(raw_logits[:k])  # [K]; the gate reads the raw logits, whatever the sampling settings
+            exact = draft[:, 1:] == choices[:, :-1]  # [B, K]
+        entropy = top3_entropy(raw_logits[:, :k])  # [B, K]; the gate reads the raw logits, whatever the sampling
         rescue = fly_rescue(exact, entropy, self.window, self.theta)
-        n = committed_prefix(exact | rescue)
-        new_tokens = torch.cat([draft[1: 1 + n], choices[n: n + 1]])
-        return FlyDecision(n, new_tokens, int((~exact).sum()), int(rescue[:n].sum()))
+        n = committed_prefix(exact | rescue)  # [B]
+        emitted = torch.arange(k, device=draft.device) < n[:, None]  # [B, K]
+        shifted = torch.cat([draft[:, 1:], choices[:, -1:]], dim=1)  # [B, K+1]: draft j+1 at column j
+        new_tokens = torch.where(torch.arange(k + 1, device=draft.device) < n[:, None], shifted, choices)
+        return FlyDecision(n, new_tokens, (~exact).long().sum(-1), (rescue & emitted).long().sum(-1))
 
 
 def check_fly_settings(window, theta) -> None:

@@ -2,9 +2,16 @@
 
     prefill -> repeat [propose -> verify -> accept -> commit / roll back] -> stop
 
-A *proposer* (drafters/) turns the committed sequence into a block of W tokens whose first token is the last
-committed one; the target verifies the whole block in one forward; ``verify.py`` decides how many drafts
-to keep; caches are rolled back by moving a length. Everything here is batch size 1.
+A *proposer* (drafters/, the interface is ``proposer.Proposer``) turns each row's committed sequence into a block of
+W tokens whose first token is the row's last committed one (or, batch 1, a tree); the target verifies every row's
+block in one forward; ``verify.py`` decides how many drafts each row keeps; caches are rolled back by moving each
+row's write position. Rows that are done stop changing (their verify rows are computed and ignored, so every step
+keeps its shape) and are padded with ``pad_token_id`` in the output, as stock generate does.
+
+Host round trips: everything a round decides stays on the device; the loop reads ONE small tensor per round (each
+row's accepted count, committed count and done flag) to know when to stop and to keep the statistics. Extra reads
+happen only for features that need the tokens on the host: a streamer, user stopping criteria, logits processors
+that read the sequence (repetition penalty, ...), trees and routers.
 """
 
 from __future__ import annotations
@@ -18,10 +25,10 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 from .cache import set_cache_length, static_cache
 from .graphs import CACHE_BUCKET, StepRunner
 from .session import DecodingSession
-from .stats import SpeculativeStats, Stopwatch
+from .stats import RoundClock, SpeculativeStats
 from .taps import decoder_layers, tapped
 from .tree import TreeProposal, accept_greedy, accept_sampling, compact_path
-from .verify import accepted_length, process_block_logits, target_choices
+from .verify import accept_block, process_block_logits, target_choices
 
 
 @dataclass
@@ -31,11 +38,36 @@ class SpeculativeGenerateOutput(GenerateDecoderOnlyOutput):
     speculative_stats: SpeculativeStats | None = None
 
 
-def _stop_token_ids(generation_config) -> set[int]:
+@dataclass
+class RoundResult:
+    """What the target decided for every row in one round (device tensors).
+
+    n_accepted [B] drafts kept; new_tokens [B, n] (row b commits new_tokens[b, :n_accepted[b] + 1]); scores / logits
+    [B, n, V] along the committed rows; features [B, n, F] or None (target taps along the committed rows);
+    mismatches / rescued [B] for FLy, else None."""
+
+    n_accepted: torch.Tensor
+    new_tokens: torch.Tensor
+    scores: torch.Tensor
+    logits: torch.Tensor
+    features: torch.Tensor | None
+    mismatches: torch.Tensor | None = None
+    rescued: torch.Tensor | None = None
+
+
+def _stop_token_ids(generation_config) -> list[int]:
     eos = generation_config.eos_token_id
     if eos is None:
-        return set()
-    return {int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])}
+        return []
+    return sorted({int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])})
+
+
+def _pad_token_id(generation_config, stop_ids: list[int]) -> int:
+    """The filler after a finished row, as stock generate picks it (pad, else the first eos)."""
+    pad = generation_config.pad_token_id
+    if pad is None:
+        return stop_ids[0] if stop_ids else 0
+    return int(pad[0] if isinstance(pad, (list, tuple)) else pad)
 
 
 def _required_capacity(prompt_len: int, max_new_tokens: int, width: int, compiled: bool,
@@ -66,8 +98,47 @@ def check_target(target, capacity: int) -> None:
     decoder_layers(target)  # raises a clear error when the model has no decoder layer list
 
 
+class StopRule:
+    """Stock generate's stopping, judged on the device for every row at once: max_new_tokens, stop tokens (the
+    output ends after the stop token), plus the user's own criteria (judged on the host after each token)."""
+
+    def __init__(self, generation_config, stopping_criteria, prompt_len: int, device):
+        self.prompt_len = prompt_len
+        self.max_new_tokens = generation_config.max_length - prompt_len
+        self.stop_ids = torch.tensor(_stop_token_ids(generation_config), dtype=torch.long, device=device)
+        self.extra = [c for c in stopping_criteria if not isinstance(c, (EosTokenCriteria, MaxLengthCriteria))]
+
+    def judge(self, session: DecodingSession, new_tokens, counts, active):
+        """new_tokens [B, n], counts [B] candidates per row, active [B] bool -> (kept [B], done [B])."""
+        room = self.max_new_tokens - (session.lengths - self.prompt_len)  # [B]
+        offsets = torch.arange(new_tokens.shape[1], device=new_tokens.device)
+        candidate = offsets < counts[:, None]  # [B, n]
+        if self.stop_ids.numel():
+            is_stop = torch.isin(new_tokens, self.stop_ids) & candidate
+            has_stop = is_stop.any(dim=1)
+            through_stop = torch.where(has_stop, is_stop.int().argmax(dim=1) + 1, counts)
+        else:
+            has_stop = torch.zeros_like(active)
+            through_stop = counts
+        kept = torch.where(active, torch.minimum(through_stop, room), 0)
+        done = active & (has_stop | (kept >= room))
+        return kept, done
+
+    def judge_extra(self, session: DecodingSession, rows: list[int], first_new: list[int]) -> dict[int, int]:
+        """User criteria (stop strings, max_time, ...) after every new token of ``rows``: {row: committed length
+        to cut it at} for the rows they stop."""
+        cut = {}
+        for b in rows:
+            sequence = session.row(b)
+            for length in range(first_new[b] + 1, sequence.shape[1] + 1):
+                if any(bool(c(sequence[:, :length], None).any()) for c in self.extra):
+                    cut[b] = length
+                    break
+        return cut
+
+
 class SpeculativeDecoder:
-    """Runs one speculative generate call for ``target`` with a proposer (see drafters/)."""
+    """Runs speculative generate calls for ``target`` with a proposer (see drafters/)."""
 
     def __init__(self, target, proposer, mode: str, compile_steps: bool, verifier=None):
         self.target = target
@@ -79,28 +150,36 @@ class SpeculativeDecoder:
         self.layer_ids = proposer.tapped_layer_ids
         self._verify = StepRunner(self._verify_step, compile_steps, target.device)
 
+    # ------------------------------------------------------------------ target forwards
     def _verify_step(self, block_ids, positions, mask):
-        # block_ids [1, W]; positions [1, W]; mask [1, 1, W, capacity]
+        # block_ids [B, W]; positions [B, W]; mask [B, 1, W, capacity]
         out = self.target(
             input_ids=block_ids, position_ids=positions, attention_mask=mask, past_key_values=self.cache, use_cache=True
         )
-        features = self.tap.features() if self.tap is not None else None  # [1, W, n_taps*H]
-        return out.logits[0], features  # [W, V]
+        features = self.tap.features() if self.tap is not None else None  # [B, W, n_taps*H]
+        return out.logits, features  # [B, W, V]
 
-    def _verify_tree(self, tree: TreeProposal, session, start: int, logits_processor, do_sample: bool, clock):
-        """One target forward over every tree node, the longest accepted path, K/V moved to contiguous slots.
+    def _verify_block(self, draft, session, logits_processor, do_sample: bool) -> RoundResult:
+        """draft [B, W] -> every row's verdict; W may vary between rounds (a router switching block sizes)."""
+        starts, rows = session.last_slots, draft.shape[1]
+        logits, features = self._verify(draft, session.position_block(starts, rows), session.causal_mask(starts, rows))
+        scores = process_block_logits(logits, session, draft, logits_processor)  # [B, W, V]
+        if self.verifier is not None:
+            decision = self.verifier.decide(draft, logits, scores, do_sample)
+            return RoundResult(decision.n_accepted, decision.new_tokens, scores, logits, features,
+                               decision.mismatches, decision.rescued)
+        n_accepted, new_tokens = accept_block(draft, target_choices(scores, do_sample))
+        return RoundResult(n_accepted, new_tokens, scores, logits, features)
 
-        Returns (n_accepted, new_tokens [n+1], scores [n+1, V], logits [n+1, V], features [1, n+1, n_taps*H],
-        time the verify forward ended) with rows re-ordered along the accepted path, so the caller handles a tree
-        like a block.
-        """
+    def _verify_tree(self, tree: TreeProposal, session, logits_processor, do_sample: bool) -> RoundResult:
+        """Batch 1: one target forward over every tree node, the longest accepted path, K/V moved to contiguous
+        slots; rows re-ordered along the accepted path, so the caller handles a tree like a block."""
+        start = session.last_slot
         depths = torch.tensor(tree.depths, device=session.device)[None]  # [1, N]
-        logits, features = self._verify(tree.tokens[None], session.positions[:, start : start + 1] + depths,
+        logits, features = self._verify(tree.tokens[None], session.positions[:, start: start + 1] + depths,
                                         session.tree_mask(start, tree.ancestors))
-        verified_at = clock.now()
-        committed = session.committed()
-        row_tokens = lambda i: torch.tensor([tree.path_tokens(i)], dtype=torch.long, device=session.device)  # noqa: E731
-        scores = process_block_logits(logits, committed, tree.tokens, logits_processor, row_tokens=row_tokens)
+        row_tokens = lambda b, i: torch.tensor([tree.path_tokens(i)], dtype=torch.long, device=session.device)  # noqa: E731
+        scores = process_block_logits(logits, session, tree.tokens[None], logits_processor, row_tokens=row_tokens)[0]
         if do_sample:
             path, next_token = accept_sampling(tree, torch.softmax(scores, dim=-1))
         else:
@@ -112,8 +191,10 @@ class SpeculativeDecoder:
         new_tokens = torch.cat([tree.tokens[rows[1:]], torch.tensor([next_token], device=session.device)])
         if features is not None:
             features = features.index_select(1, rows)  # [1, n+1, n_taps*H] along the accepted path
-        return len(path) - 1, new_tokens, scores[rows], logits[rows], features, verified_at
+        n_accepted = torch.tensor([len(path) - 1], device=session.device)
+        return RoundResult(n_accepted, new_tokens[None], scores[rows][None], logits[0, rows][None], features)
 
+    # ------------------------------------------------------------------ the call
     @torch.no_grad()
     def generate(
         self,
@@ -126,122 +207,118 @@ class SpeculativeDecoder:
         max_cache_len: int | None = None,
     ):
         target, width = self.target, self.width
-        prompt_len = input_ids.shape[1]
-        max_new_tokens = generation_config.max_length - prompt_len
+        batch, prompt_len = input_ids.shape
+        stop = StopRule(generation_config, stopping_criteria, prompt_len, input_ids.device)
         margin = getattr(self.proposer, "cache_margin", 0)
-        capacity = _required_capacity(prompt_len, max_new_tokens, width + margin, self.compile_steps, max_cache_len)
+        capacity = _required_capacity(prompt_len, stop.max_new_tokens, width + margin, self.compile_steps,
+                                      max_cache_len)
         check_target(target, capacity)
         do_sample = bool(generation_config.do_sample)
-        stop_ids = _stop_token_ids(generation_config)
-        extra_criteria = [c for c in stopping_criteria if not isinstance(c, (EosTokenCriteria, MaxLengthCriteria))]
         want_scores = bool(generation_config.return_dict_in_generate and generation_config.output_scores)
         want_logits = bool(generation_config.return_dict_in_generate and generation_config.output_logits)
         scores_out, logits_out = [], []
 
         dtype = target.get_input_embeddings().weight.dtype
         session = DecodingSession(input_ids, attention_mask, capacity, width, dtype)
-        self.cache = static_cache(capacity, len(decoder_layers(target)))
-        stats = SpeculativeStats(mode=self.mode, block_size=width, lossy=self.verifier is not None)
-        clock = Stopwatch(target.device)
+        self.cache = static_cache(capacity, len(decoder_layers(target)), batch, input_ids.device)
+        stats = SpeculativeStats(mode=self.mode, block_size=width, lossy=self.verifier is not None, batch_size=batch)
+        clock = RoundClock(target.device)
         if streamer is not None:
             streamer.put(input_ids.cpu())
+        active = torch.ones(batch, dtype=torch.bool, device=input_ids.device)
+        active_rows = list(range(batch))
 
-        def commit(new_tokens: torch.Tensor, scores: torch.Tensor, logits: torch.Tensor) -> bool:
-            """Append up to max_new_tokens, cut after a stop token; True when generation is over."""
-            room = max_new_tokens - (session.length - prompt_len)
-            new_list = new_tokens[:room].tolist()
-            done = len(new_list) == room
-            for i, tok in enumerate(new_list):
-                if tok in stop_ids:
-                    new_list, done = new_list[: i + 1], True
-                    break
-            if extra_criteria:  # user criteria (stop strings, max_time, ...) are judged after every token
-                for i in range(len(new_list)):
-                    candidate = torch.cat([session.committed(), new_tokens[None, : i + 1]], dim=1)
-                    if any(bool(c(candidate, None).any()) for c in extra_criteria):
-                        new_list, done = new_list[: i + 1], True
-                        break
-            kept = new_tokens[: len(new_list)]
-            session.append(kept)
+        def commit(result: RoundResult, counts: torch.Tensor) -> list[int]:
+            """Append each active row's kept tokens, judge stopping, and read the round's numbers to the host
+            (the round's one transfer); returns the rows still active."""
+            nonlocal active
+            kept, done = stop.judge(session, result.new_tokens, counts, active)
+            first_new = list(session.host_lengths)
+            extras = [result.n_accepted, result.mismatches, result.rescued]
+            numbers = torch.stack([kept, done.long(), *[x for x in extras if x is not None]]).tolist()
+            kept_host, done_host = numbers[0], numbers[1]
+            session.append(result.new_tokens, kept, host_counts=kept_host)
+            finished = {b for b in active_rows if done_host[b]}
+            if stop.extra:
+                for b, length in stop.judge_extra(session, active_rows, first_new).items():
+                    session.lengths[b] = length
+                    session.host_lengths[b] = length
+                    kept_host[b] = length - first_new[b]
+                    finished.add(b)
+            for b in finished:
+                active[b] = False
             if want_scores:
-                scores_out.extend(scores[: len(new_list)].unbind(0))
+                scores_out.extend(result.scores[0, : kept_host[0]].unbind(0))
             if want_logits:
-                logits_out.extend(logits[: len(new_list)].float().unbind(0))
+                logits_out.extend(result.logits[0, : kept_host[0]].float().unbind(0))
             if streamer is not None:
-                streamer.put(kept.cpu())
-            return done
+                streamer.put(result.new_tokens[0, : kept_host[0]].cpu())
+            return numbers, [b for b in active_rows if b not in finished]
 
         try:
             with tapped(target, self.layer_ids) as tap:
                 self.tap = tap
-                # ---------------- prefill: the prompt, and the first new token
-                t0 = clock.now()
-                out = target(
-                    input_ids=input_ids, position_ids=session.positions[:, :prompt_len],
-                    attention_mask=session.prefill_mask(), past_key_values=self.cache, use_cache=True,
-                )
-                last_logits = out.logits[0, -1:]  # [1, V]
-                scores = process_block_logits(last_logits, session.committed(), input_ids[0, -1:], logits_processor)
-                first = target_choices(scores, do_sample)  # [1]
-                finished = commit(first, scores, last_logits)
-                prompt_features = tap.features() if tap is not None else None
+                # ---------------- prefill: the prompt, and the first new token of every row
+                t0 = clock.mark()
+                out = target(input_ids=input_ids, position_ids=session.positions[:, :prompt_len],
+                             attention_mask=session.prefill_mask(), past_key_values=self.cache, use_cache=True)
+                last_logits = out.logits[:, -1:]  # [B, 1, V]
+                scores = process_block_logits(last_logits, session, input_ids[:, -1:], logits_processor)
+                first = target_choices(scores, do_sample)  # [B, 1]
+                prompt_features = tap.features() if tap is not None else None  # [B, P, n_taps*H]
+                zero = torch.zeros(batch, dtype=torch.long, device=input_ids.device)
+                _, active_rows = commit(RoundResult(zero, first, scores, last_logits, None), zero + 1)
                 observe = getattr(self.proposer, "observe", None)  # routers read the target at the newest token
-                if not finished:
+                if active_rows:
                     self.proposer.start(session, prompt_features)
                     if observe is not None:
                         observe(out.logits[0, -1], prompt_features[0, -1])
-                t1 = clock.now()
-                stats.prefill_time = t1 - t0
+                t1 = clock.mark()
 
                 # ---------------- decode rounds
-                while not finished:
-                    r0 = clock.now()
-                    draft = self.proposer.propose()  # [W] block, or a TreeProposal
-                    r1 = clock.now()
-                    start = session.last_slot
+                rounds = []  # per round: (clock marks, rows active in it)
+                while active_rows:
+                    r0 = clock.mark()
+                    draft = self.proposer.propose()  # [B, W] (or [W] at batch 1), or a TreeProposal
+                    r1 = clock.mark()
                     if isinstance(draft, TreeProposal):
-                        n_accepted, new_tokens, scores, logits, features, r2 = self._verify_tree(
-                            draft, session, start, logits_processor, do_sample, clock)
+                        result = self._verify_tree(draft, session, logits_processor, do_sample)
                     else:
-                        rows = draft.shape[0]  # the proposer's block (a router may switch between sizes)
-                        logits, features = self._verify(
-                            draft[None], session.positions[:, start : start + rows], session.causal_mask(start, rows)
-                        )
-                        r2 = clock.now()
-                        scores = process_block_logits(logits, session.committed(), draft, logits_processor)
-                        if self.verifier is None:
-                            choices = target_choices(scores, do_sample)  # [W]
-                            n_accepted = accepted_length(draft, choices)
-                            new_tokens = torch.cat([draft[1 : 1 + n_accepted], choices[n_accepted : n_accepted + 1]])
-                        else:
-                            decision = self.verifier.decide(draft, logits, scores, do_sample)
-                            n_accepted, new_tokens = decision.n_accepted, decision.new_tokens
-                            stats.mismatches_per_round.append(decision.mismatches)
-                            stats.rescued_per_round.append(decision.rescued)
-                    # Target cache keeps the verified rows up to the last accepted draft.
-                    set_cache_length(self.cache, start + n_accepted + 1)
+                        draft = draft if draft.dim() == 2 else draft[None]
+                        result = self._verify_block(draft, session, logits_processor, do_sample)
+                    r2 = clock.mark()
+                    # Row b's cache keeps its verified rows up to the last accepted draft; done rows keep theirs.
+                    counts = torch.where(active, result.n_accepted + 1, 0)  # [B] tokens each row commits
+                    set_cache_length(self.cache, session.last_slots + counts)
+                    features = result.features
                     if features is not None and self.compile_steps:
                         features = features.clone()  # a graph replay would overwrite it
-                    self.proposer.commit(features, n_accepted + 1)
+                    self.proposer.commit(features, counts)
+                    numbers, still_active = commit(result, counts)
                     if observe is not None:
-                        observe(logits[n_accepted], features[0, n_accepted])
-                    stats.acceptance_lengths.append(n_accepted + 1)
-                    finished = commit(new_tokens, scores, logits)
-                    stats.draft_time += r1 - r0
-                    stats.verify_time += r2 - r1
-                    stats.round_draft_seconds.append(r1 - r0)
-                    stats.round_seconds.append(clock.now() - r0)
-                stats.decode_time = clock.now() - t1
+                        n = numbers[2][0]
+                        observe(result.logits[0, n], features[0, n])
+                    stats.add_round([numbers[2][b] + 1 for b in active_rows], active_rows,
+                                    *([numbers[3], numbers[4]] if result.mismatches is not None else []))
+                    rounds.append((r0, r1, r2, clock.mark()))
+                    active_rows = still_active
+                t2 = clock.mark()
         finally:
             self.tap = None
             if streamer is not None:
                 streamer.end()
 
-        stats.new_tokens = session.length - prompt_len
+        clock.finish()
+        stats.prefill_time = clock.seconds(t0, t1)
+        stats.decode_time = clock.seconds(t1, t2)
+        for r0, r1, r2, r3 in rounds:
+            stats.add_round_times(clock.seconds(r0, r1), clock.seconds(r1, r2), clock.seconds(r0, r3))
+        stats.row_new_tokens = [length - prompt_len for length in session.host_lengths]
+        stats.new_tokens = sum(stats.row_new_tokens)
         stats.draft_forwards = getattr(self.proposer, "forward_calls", stats.num_rounds)
-        stats.drafter_per_round = list(getattr(self.proposer, "drafter_per_round", []))
-        stats.backlog_sizes = list(getattr(self.proposer, "backlog_sizes", []))
-        sequences = session.committed().clone()
+        for name, value in getattr(self.proposer, "round_records", dict)().items():
+            setattr(stats, name, list(value))
+        sequences = self._sequences(session, generation_config, stop)
         if not generation_config.return_dict_in_generate:
             return sequences
         return SpeculativeGenerateOutput(
@@ -251,3 +328,13 @@ class SpeculativeDecoder:
             speculative_stats=stats,
         )
 
+    @staticmethod
+    def _sequences(session: DecodingSession, generation_config, stop: StopRule) -> torch.Tensor:
+        """[B, P + longest row's new tokens]: each row, then pad_token_id after it (stock generate's output)."""
+        longest = max(session.host_lengths)
+        sequences = session.tokens[:, :longest].clone()
+        if session.batch_size > 1:
+            pad = _pad_token_id(generation_config, stop.stop_ids.tolist())
+            past_end = torch.arange(longest, device=session.device)[None] >= session.lengths[:, None]
+            sequences.masked_fill_(past_end, pad)
+        return sequences

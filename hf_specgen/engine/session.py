@@ -1,8 +1,14 @@
-"""The committed sequence and everything derived from it that every round needs.
+"""The committed sequences of a batch and everything derived from them that every round needs.
 
-Slots index the sequence buffer (prompt + generated), and the same index addresses the target's and the
-drafter's KV caches. Masks are built from slot numbers, so every step has a fixed shape: queries at slots
-``start .. start+W-1`` against the whole pre-allocated cache, with unwritten or rolled-back slots hidden.
+Each batch row b has its own sequence in a [B, capacity] token buffer: the (left-padded) prompt at slots 0..P-1,
+then its generated tokens. Slot s of row b addresses the same row of the target's and the drafters' KV caches
+(``cache.row_static_cache``: each row writes at its own slots). Rows advance by different amounts each round, so
+every per-round quantity is a [B] tensor on the device (``lengths``, ``last_slots``) and the fixed-shape steps
+gather positions and build masks from it: queries at slots start_b .. start_b+W-1 of row b against the whole
+pre-allocated cache, with unwritten, rolled-back and padding slots hidden.
+
+The host keeps a mirror of the lengths (``host_lengths``), refreshed from the one small transfer the loop makes per
+round; the batch-1 helpers (``last_slot``, ``committed``) read it, so they cost no device round trip.
 """
 
 from __future__ import annotations
@@ -13,31 +19,33 @@ import torch
 class DecodingSession:
     """Token buffer, validity of each slot (prompt padding), RoPE positions, and mask builders.
 
-    input_ids:      [1, P] prompt
-    attention_mask: [1, P] 1 = real token, 0 = padding (stock generate's convention), or None
+    input_ids:      [B, P] prompts, left-padded
+    attention_mask: [B, P] 1 = real token, 0 = padding (stock generate's convention), or None
     capacity:       cache slots to allocate (>= P + max_new_tokens + W)
     width:          W, tokens per verify
     """
 
     def __init__(self, input_ids, attention_mask, capacity: int, width: int, mask_dtype: torch.dtype):
         device = input_ids.device
-        prompt_len = input_ids.shape[1]
+        batch, prompt_len = input_ids.shape
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         self.device = device
+        self.batch_size = batch
         self.prompt_len = prompt_len
         self.capacity = capacity
         self.width = width
-        self.tokens = torch.zeros((1, capacity), dtype=torch.long, device=device)
+        self.tokens = torch.zeros((batch, capacity), dtype=torch.long, device=device)
         self.tokens[:, :prompt_len] = input_ids
-        self.length = prompt_len  # committed tokens, prompt included
+        self.lengths = torch.full((batch,), prompt_len, dtype=torch.long, device=device)  # committed, prompt included
+        self.host_lengths = [prompt_len] * batch
         # Padding slots are never attended to; generated slots always are.
-        self.slot_ok = torch.ones((1, capacity), dtype=torch.bool, device=device)
+        self.slot_ok = torch.ones((batch, capacity), dtype=torch.bool, device=device)
         self.slot_ok[:, :prompt_len] = attention_mask.bool()
         # Positions as stock generate computes them: cumsum of the mask over the prompt, then +1 per new token.
-        prompt_positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # [1, P]
-        valid = int(attention_mask.sum())
-        self.positions = torch.arange(capacity, device=device)[None] - prompt_len + valid  # [1, capacity]
+        prompt_positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # [B, P]
+        valid = attention_mask.long().sum(-1, keepdim=True)  # [B, 1]
+        self.positions = torch.arange(capacity, device=device)[None] - prompt_len + valid  # [B, capacity]
         self.positions[:, :prompt_len] = prompt_positions
         self._columns = torch.arange(capacity, device=device)  # [K]
         self._blocked = torch.finfo(mask_dtype).min
@@ -45,54 +53,90 @@ class DecodingSession:
 
     # ---------------------------------------------------------------- tokens
     @property
+    def last_slots(self) -> torch.Tensor:
+        """[B] slot of each row's last committed token: the first row of its next verify."""
+        return self.lengths - 1
+
+    @property
     def last_slot(self) -> int:
-        """Slot of the last committed token: the first row of the next verify."""
-        return self.length - 1
+        """Batch 1: the slot of the last committed token, from the host mirror (no device round trip)."""
+        self._single_row("last_slot")
+        return self.host_lengths[0] - 1
 
     def committed(self) -> torch.Tensor:
-        return self.tokens[:, : self.length]  # [1, L]
+        """Batch 1: [1, L] tokens committed so far."""
+        self._single_row("committed()")
+        return self.tokens[:, : self.host_lengths[0]]
 
-    def append(self, new_tokens: torch.Tensor) -> None:
-        n = new_tokens.shape[-1]
-        self.tokens[0, self.length : self.length + n] = new_tokens
-        self.length += n
+    def row(self, b: int) -> torch.Tensor:
+        """[1, L_b] tokens committed in row b (its left padding included, as stock generate's input_ids have it)."""
+        return self.tokens[b: b + 1, : self.host_lengths[b]]
 
-    # ---------------------------------------------------------------- masks (additive float, [1, 1, Q, K])
-    def _additive(self, allowed: torch.Tensor) -> torch.Tensor:
-        zeros = torch.zeros((), dtype=self.mask_dtype, device=self.device)
-        return torch.where(allowed, zeros, self._blocked)[None, None]
+    def _single_row(self, what: str) -> None:
+        if self.batch_size != 1:
+            raise RuntimeError(f"DecodingSession.{what} is defined for batch 1 only; use the [B] tensors "
+                               "(last_slots, lengths) for batches")
 
-    def context_allowed(self, start: int) -> torch.Tensor:
-        """[capacity] bool: the valid committed slots before ``start``."""
-        return (self._columns < start) & self.slot_ok[0]
+    def gather(self, table: torch.Tensor, first_slots: torch.Tensor, n: int) -> torch.Tensor:
+        """[B, capacity] table -> [B, n]: row b's entries at slots first_slots[b] .. first_slots[b]+n-1."""
+        return table.gather(1, first_slots[:, None] + torch.arange(n, device=self.device))
 
+    def token_block(self, first_slots: torch.Tensor, n: int) -> torch.Tensor:
+        return self.gather(self.tokens, first_slots, n)  # [B, n]
+
+    def position_block(self, first_slots: torch.Tensor, n: int) -> torch.Tensor:
+        return self.gather(self.positions, first_slots, n)  # [B, n]
+
+    def append(self, new_tokens: torch.Tensor, counts: torch.Tensor, host_counts: list[int] | None = None) -> None:
+        """Row b appends new_tokens[b, :counts[b]]. new_tokens [B, n]; counts [B] on the device. ``host_counts``
+        (the same numbers on the host, when the caller has them) keeps the host mirror without a transfer."""
+        n = new_tokens.shape[1]
+        offsets = torch.arange(n, device=self.device)
+        slots = (self.lengths[:, None] + offsets).clamp(max=self.capacity - 1)  # [B, n]
+        old = self.tokens.gather(1, slots)
+        self.tokens.scatter_(1, slots, torch.where(offsets < counts[:, None], new_tokens, old))
+        self.lengths += counts
+        if host_counts is None:
+            host_counts = counts.tolist()
+        self.host_lengths = [length + c for length, c in zip(self.host_lengths, host_counts)]
+
+    # ---------------------------------------------------------------- masks (additive float, [B, 1, Q, K])
     def mask_from(self, allowed: torch.Tensor) -> torch.Tensor:
-        """[Q, capacity] bool (True = may attend) -> [1, 1, Q, capacity] additive float mask."""
-        return self._additive(allowed)
+        """[B, Q, K] bool (True = may attend) -> [B, 1, Q, K] additive float mask."""
+        zeros = torch.zeros((), dtype=self.mask_dtype, device=self.device)
+        return torch.where(allowed, zeros, self._blocked)[:, None]
+
+    def _as_slots(self, first_slots) -> torch.Tensor:
+        if isinstance(first_slots, int):  # batch-1 callers pass a host int
+            return torch.full((self.batch_size,), first_slots, dtype=torch.long, device=self.device)
+        return first_slots
+
+    def context_allowed(self, start) -> torch.Tensor:
+        """[B, capacity] bool: the valid committed slots before ``start`` (an int, or [B] per row)."""
+        return (self._columns[None] < self._as_slots(start)[:, None]) & self.slot_ok
 
     def prefill_mask(self) -> torch.Tensor:
-        """Causal mask for the prompt rows against the whole cache: [1, 1, P, capacity]."""
-        rows = torch.arange(self.prompt_len, device=self.device)[:, None]
-        return self._additive((self._columns[None] <= rows) & self.slot_ok)
+        """Causal mask for the prompt rows against the whole cache: [B, 1, P, capacity]."""
+        return self.causal_mask(0, self.prompt_len)
 
-    def causal_mask(self, first_slot: int, n_rows: int) -> torch.Tensor:
-        """Row i (slot first_slot+i) sees every valid slot <= first_slot+i: [1, 1, n_rows, capacity]. A verify uses
-        it with the block's rows; a draft step with its own."""
-        rows = torch.arange(first_slot, first_slot + n_rows, device=self.device)[:, None]
-        return self._additive((self._columns[None] <= rows) & self.slot_ok)
+    def causal_mask(self, first_slot, n_rows: int) -> torch.Tensor:
+        """Query i of row b (at slot first_slot[b]+i) sees every valid slot <= first_slot[b]+i: [B, 1, n, capacity].
+        ``first_slot``: an int (every row) or [B]. A verify uses it with the block's rows; a draft step with its own."""
+        query_slots = self._as_slots(first_slot)[:, None] + torch.arange(n_rows, device=self.device)  # [B, n]
+        return self.mask_from((self._columns[None, None] <= query_slots[:, :, None]) & self.slot_ok[:, None])
 
     def tree_mask(self, start: int, ancestors: torch.Tensor) -> torch.Tensor:
-        """Tree verify, nodes at slots start..start+N-1: each sees the valid committed slots and its ancestors
-        (ancestors [N, N] bool, self included): [1, 1, N, capacity]."""
+        """Tree verify (batch 1), nodes at slots start..start+N-1: each sees the valid committed slots and its
+        ancestors (ancestors [N, N] bool, self included): [1, 1, N, capacity]."""
         n = ancestors.shape[0]
-        allowed = self.context_allowed(start).expand(n, -1).clone()  # [N, capacity]
-        allowed[:, start: start + n] = ancestors
-        return self._additive(allowed)
+        allowed = self.context_allowed(start)[:, None].expand(-1, n, -1).clone()  # [1, N, capacity]
+        allowed[0, :, start: start + n] = ancestors
+        return self.mask_from(allowed)
 
-    def block_mask(self, start: int, width: int | None = None) -> torch.Tensor:
-        """Drafter mask, keys = [cache ; block]: cached context slots < start, and the whole block
-        (bidirectional): [1, 1, W, capacity + W] (W = ``width``, default the session's)."""
+    def block_mask(self, start, width: int | None = None) -> torch.Tensor:
+        """Drafter mask, keys = [cache ; block]: cached context slots < start (int or [B]), and the whole block
+        (bidirectional): [B, 1, W, capacity + W] (W = ``width``, default the session's)."""
         width = width or self.width
-        context_ok = self.context_allowed(start).expand(width, -1)  # [W, capacity]
-        block_ok = torch.ones((width, width), dtype=torch.bool, device=self.device)
-        return self._additive(torch.cat([context_ok, block_ok], dim=1))
+        context_ok = self.context_allowed(start)[:, None].expand(-1, width, -1)  # [B, W, capacity]
+        block_ok = torch.ones((self.batch_size, width, width), dtype=torch.bool, device=self.device)
+        return self.mask_from(torch.cat([context_ok, block_ok], dim=2))

@@ -22,23 +22,46 @@ class SpeculativeStats:
     mode: str
     block_size: int
     lossy: bool = False
-    acceptance_lengths: list[int] = field(default_factory=list)
+    batch_size: int = 1
+    acceptance_lengths: list[int] = field(default_factory=list)  # batches: every active row's, round by round
+    row_acceptance_lengths: list[list[int]] = field(default_factory=list)  # per batch row
     mismatches_per_round: list[int] = field(default_factory=list)
     rescued_per_round: list[int] = field(default_factory=list)
     draft_forwards: int = 0
+    rounds: int = 0
     drafter_per_round: list[str] = field(default_factory=list)  # WhiFlash: which drafter proposed each round
     backlog_sizes: list[int] = field(default_factory=list)  # WhiFlash: rows prefilled at each lazy catch-up
     round_draft_seconds: list[float] = field(default_factory=list)  # per round: drafting (catch-up included)
     round_seconds: list[float] = field(default_factory=list)  # per round: draft + verify + bookkeeping
-    new_tokens: int = 0
+    new_tokens: int = 0  # all rows together
+    row_new_tokens: list[int] = field(default_factory=list)
     prefill_time: float = 0.0
     draft_time: float = 0.0
     verify_time: float = 0.0
     decode_time: float = 0.0
 
+    def add_round(self, committed: list[int], rows: list[int], mismatches: list[int] | None = None,
+                  rescued: list[int] | None = None) -> None:
+        """One decode round: ``committed[i]`` tokens for batch row ``rows[i]`` (FLy: its per-row counts too)."""
+        if not self.row_acceptance_lengths:
+            self.row_acceptance_lengths = [[] for _ in range(self.batch_size)]
+        self.rounds += 1
+        for row, count in zip(rows, committed):
+            self.acceptance_lengths.append(count)
+            self.row_acceptance_lengths[row].append(count)
+        if mismatches is not None:
+            self.mismatches_per_round.append(sum(mismatches[b] for b in rows))
+            self.rescued_per_round.append(sum(rescued[b] for b in rows))
+
+    def add_round_times(self, draft: float, verify: float, total: float) -> None:
+        self.draft_time += draft
+        self.verify_time += verify
+        self.round_draft_seconds.append(draft)
+        self.round_seconds.append(total)
+
     @property
     def num_rounds(self) -> int:
-        return len(self.acceptance_lengths)
+        return self.rounds
 
     @property
     def mean_acceptance_length(self) -> float:
@@ -67,8 +90,8 @@ class SpeculativeStats:
 
     @property
     def decode_tokens_per_second(self) -> float:
-        # The first new token comes from the prefill, so decode produced new_tokens - 1 of them.
-        decoded = max(0, self.new_tokens - 1)
+        # The first new token of each row comes from the prefill, so decode produced new_tokens - batch_size.
+        decoded = max(0, self.new_tokens - self.batch_size)
         return decoded / self.decode_time if self.decode_time > 0 else float("nan")
 
     def as_dict(self) -> dict:
@@ -76,6 +99,7 @@ class SpeculativeStats:
             "mode": self.mode,
             "block_size": self.block_size,
             "lossy": self.lossy,
+            "batch_size": self.batch_size,
             "draft_forwards": self.draft_forwards,
             "initial_mismatches": self.initial_mismatches,
             "rescued_tokens": self.rescued_tokens,
@@ -85,6 +109,8 @@ class SpeculativeStats:
             "backlog_sizes": list(self.backlog_sizes),
             "num_rounds": self.num_rounds,
             "new_tokens": self.new_tokens,
+            "row_new_tokens": list(self.row_new_tokens),
+            "row_acceptance_lengths": [list(r) for r in self.row_acceptance_lengths],
             "mean_acceptance_length": self.mean_acceptance_length,
             "acceptance_lengths": list(self.acceptance_lengths),
             "prefill_time": self.prefill_time,
@@ -96,12 +122,26 @@ class SpeculativeStats:
         }
 
 
-class Stopwatch:
-    """Accumulates wall time; synchronizes CUDA so GPU work is charged to the phase that launched it."""
+class RoundClock:
+    """Marks points of a call and turns them into seconds once, at the end.
+
+    On CUDA a mark is a recorded event (no host synchronization inside the rounds; ``finish`` synchronizes once), so
+    GPU work is charged to the phase that launched it; on a CPU a mark is the wall clock.
+    """
 
     def __init__(self, device: torch.device):
-        self._sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        self._cuda = device.type == "cuda"
 
-    def now(self) -> float:
-        self._sync()
+    def mark(self):
+        if self._cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
         return time.perf_counter()
+
+    def finish(self) -> None:
+        if self._cuda:
+            torch.cuda.synchronize()
+
+    def seconds(self, start, end) -> float:
+        return start.elapsed_time(end) / 1e3 if self._cuda else end - start

@@ -38,45 +38,60 @@ _ROW_INDEPENDENT = (
 
 
 def process_block_logits(
-    logits: torch.Tensor, committed: torch.Tensor, draft: torch.Tensor, processors: LogitsProcessorList,
-    row_tokens=None,
+    logits: torch.Tensor, session, draft: torch.Tensor, processors: LogitsProcessorList, row_tokens=None,
 ) -> torch.Tensor:
-    """Apply generate's logits processors to every row of a verify forward.
+    """Apply generate's logits processors to every row of a verify forward, for every batch row.
 
-    logits:     [W, V] target logits; row i predicts the token after draft[:i+1]
-    committed:  [1, L] tokens committed so far (its last token is draft[0])
-    draft:      [W] the verified block
-    row_tokens: for a tree, a function i -> [1, d] tokens between the root and node i (default: draft[1:i+1])
-    returns     [W, V] float32 scores, as stock generate would compute them one token at a time
+    logits:     [B, W, V] target logits; row i of batch row b predicts the token after draft[b, :i+1]
+    session:    the DecodingSession (its committed tokens end with draft[:, 0])
+    draft:      [B, W] the verified blocks
+    row_tokens: for a tree, a function (b, i) -> [1, d] tokens between the root and node i (default:
+                draft[b, 1:i+1])
+    returns     [B, W, V] float32 scores, as stock generate would compute them one token at a time
     """
     scores = logits.float()
     if not processors:
         return scores
-    width = scores.shape[0]
+    batch, width, vocab = scores.shape
     if row_tokens is None:
-        row_tokens = lambda i: draft[None, 1 : i + 1]  # noqa: E731
-    row_context = committed.expand(width, -1)  # [W, L]: enough for row-independent processors
+        row_tokens = lambda b, i: draft[b: b + 1, 1: i + 1]  # noqa: E731
     for processor in processors:
-        if isinstance(processor, _ROW_INDEPENDENT):
-            scores = processor(row_context, scores)
-        else:
-            scores = torch.cat(
-                [processor(torch.cat([committed, row_tokens(i)], dim=1), scores[i : i + 1]) for i in range(width)]
-            )
+        if isinstance(processor, _ROW_INDEPENDENT):  # they read the scores only: all rows at once
+            flat = scores.reshape(batch * width, vocab)
+            scores = processor(draft.reshape(batch * width, 1), flat).reshape(batch, width, vocab)
+        else:  # each (batch row, block row) sees exactly the sequence stock generate would have shown it
+            scores = torch.stack([
+                torch.cat([processor(torch.cat([session.row(b), row_tokens(b, i)], dim=1), scores[b, i: i + 1])
+                           for i in range(width)])
+                for b in range(batch)])
     return scores
 
 
 def target_choices(scores: torch.Tensor, do_sample: bool) -> torch.Tensor:
-    """[W, V] scores -> [W] tokens: argmax, or one sample per row."""
+    """[..., V] scores -> [...] tokens: argmax, or one sample per row."""
     if do_sample:
-        return torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(-1)
+        flat = scores.reshape(-1, scores.shape[-1])
+        return torch.multinomial(torch.softmax(flat, dim=-1), num_samples=1).reshape(scores.shape[:-1])
     return scores.argmax(dim=-1)
 
 
-def accepted_length(draft: torch.Tensor, choices: torch.Tensor) -> int:
-    """Longest prefix of draft[1:] equal to the target's choices[:-1].
+def accepted_length(draft: torch.Tensor, choices: torch.Tensor) -> torch.Tensor:
+    """Longest prefix of draft[..., 1:] equal to the target's choices[..., :-1], per row.
 
-    draft:   [W] (draft[0] is the last committed token)
-    choices: [W] target's choice after each block row
+    draft:   [B, W] (draft[:, 0] is the last committed token)
+    choices: [B, W] target's choice after each block row
+    returns  [B]
     """
-    return int((draft[1:] == choices[:-1]).long().cumprod(0).sum())
+    return (draft[..., 1:] == choices[..., :-1]).long().cumprod(-1).sum(-1)
+
+
+def accept_block(draft: torch.Tensor, choices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The lossless rule on a block, every row at once, on the device.
+
+    Returns n_accepted [B] and new_tokens [B, W]: row b commits its first n_accepted[b] drafts, then the target's
+    choice at the first mismatch (or after the last slot): new_tokens[b, :n_accepted[b] + 1].
+    """
+    n_accepted = accepted_length(draft, choices)
+    shifted = torch.cat([draft[:, 1:], choices[:, -1:]], dim=1)  # [B, W]: draft j+1 at column j
+    keep_draft = torch.arange(draft.shape[1], device=draft.device) < n_accepted[:, None]
+    return n_accepted, torch.where(keep_draft, shifted, choices)

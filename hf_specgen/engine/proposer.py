@@ -1,0 +1,38 @@
+"""The interface every drafter implements (``drafters/``): what the loop calls, in the order it calls it.
+
+    start(session, prompt_features)   once, after the prefill: the committed prompt (+ first token) and the target's
+                                      tapped hidden states over the prompt, [B, P, n_taps*H] (None without taps)
+    propose()                         each round: [B, W] blocks whose column 0 is each row's last committed token
+                                      (a [W] block is read as batch 1), or a TreeProposal (batch 1)
+    commit(verify_features, counts)   after the verify: the target's taps over the verified rows [B, W, n_taps*H]
+                                      and how many of them each row committed, [B] on the device (0 for done rows)
+
+A proposer keeps its own caches, indexed by the session's slots, and never reaches into another's state.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from .tree import TreeProposal
+
+
+@runtime_checkable
+class Proposer(Protocol):
+    block_size: int  # W: rows of a verify (nodes of a tree)
+    tapped_layer_ids: list[int] | None  # target layers whose outputs the proposer reads (None / [] = none)
+    # None when the proposer drafts for a batch of any size; else why it takes one prompt at a time and what does not
+    batch_refusal: str | None
+
+    def start(self, session, prompt_features: torch.Tensor | None) -> None: ...
+
+    def propose(self) -> torch.Tensor | TreeProposal: ...
+
+    def commit(self, verify_features: torch.Tensor | None, n_committed: torch.Tensor) -> None: ...
+
+# Optional members the loop reads when present: ``cache_margin`` (extra cache slots the drafter writes past the
+# verified ones), ``forward_calls`` (drafter forwards, for the statistics), ``round_records()`` (per-round lists
+# copied into the statistics, e.g. WhiFlash's drafter per round), ``observe(logits_row, features_row)`` (routers:
+# the target at the newest committed token, batch 1).

@@ -1,0 +1,187 @@
+"""Batches of prompts: every batchable mode equals stock batched generate on the same left-padded batch (fp32), rows
+that finish early are padded as stock pads them, sampling keeps the target's distribution in every row, a round
+reads the device once, and what cannot batch says so before decoding."""
+
+from __future__ import annotations
+
+import collections
+import random
+import traceback
+
+import pytest
+import torch
+from scipy.stats import chisquare
+from torch.overrides import TorchFunctionMode
+from transformers import LogitsProcessorList, TemperatureLogitsWarper
+
+import hf_specgen
+from conftest import MASK_TOKEN, make_dflash, make_target
+from test_eagle3 import make_eagle3
+from test_sampling import SAMPLES, STEPS, VOCAB, exact_joint
+
+
+def padded_batch(rng: random.Random, lengths: list[int], pad: int = 0):
+    """Left-padded prompts of the given lengths: (input_ids [B, max], attention_mask [B, max])."""
+    width = max(lengths)
+    ids = torch.full((len(lengths), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(lengths), width), dtype=torch.long)
+    for b, n in enumerate(lengths):
+        ids[b, width - n:] = torch.tensor([rng.randrange(3, MASK_TOKEN) for _ in range(n)])
+        mask[b, width - n:] = 1
+    return ids, mask
+
+
+def _assistants(target, family: str = "qwen3"):
+    eagle = make_eagle3(target)
+    return {
+        "autoregressive": (None, {}),
+        "dflash": (make_dflash(target, block_size=8), {}),
+        "classic": (make_target(family, seed=5, num_hidden_layers=1), {"num_draft_tokens": 4}),
+        "eagle3": (eagle, {"eagle_top_k": 1, "num_draft_tokens": 4}),
+        # FLy with a gate no mismatch passes rescues nothing: it must equal the target's greedy tokens.
+        "fly": (make_dflash(target, block_size=8, seed=2), {"fly_entropy_threshold": 1.0986}),
+    }
+
+
+@pytest.mark.parametrize("family", ["qwen3", "llama"])
+def test_every_batchable_mode_equals_stock_batched_greedy(family):
+    target = make_target(family)
+    rng = random.Random(11)
+    cases = [([5, 17, 1, 30], 25), ([40, 40, 3], 41), ([12, 2], 7)]
+    for mode, (assistant, extra) in _assistants(target, family).items():
+        for lengths, max_new in cases:
+            ids, mask = padded_batch(rng, lengths)
+            # No stop token here (the next test has them): every row decodes max_new tokens.
+            ref = target.generate(ids, attention_mask=mask, max_new_tokens=max_new, do_sample=False, eos_token_id=None)
+            out = target.generate(ids, attention_mask=mask, assistant_model=assistant, speculative_mode=mode,
+                                  max_new_tokens=max_new, do_sample=False, eos_token_id=None,
+                                  return_dict_in_generate=True, **extra)
+            assert out.sequences.tolist() == ref.tolist(), (mode, lengths, max_new)
+            stats = out.speculative_stats
+            assert stats.batch_size == len(lengths) and stats.row_new_tokens == [max_new] * len(lengths)
+            for row in stats.row_acceptance_lengths:  # each row's rounds commit exactly its tokens
+                assert 1 + sum(row) >= max_new and 1 + sum(row[:-1]) < max_new
+
+
+def test_rows_that_stop_early_are_padded_like_stock():
+    """Stop tokens end rows at different rounds: finished rows stay put and get pad_token_id, the rest go on."""
+    target = make_target("qwen3", seed=5)
+    drafter = make_dflash(target, block_size=8)
+    rng = random.Random(3)
+    ids, mask = padded_batch(rng, [9, 20, 14])
+    free = target.generate(ids, attention_mask=mask, max_new_tokens=40, do_sample=False, eos_token_id=None)
+    new = free[:, ids.shape[1]:]
+    # Stop tokens that row 0 meets early, row 1 later, row 2 (perhaps) never: three different finishing rounds.
+    stops = [int(new[0, 3]), int(new[1, 20])]
+    ref = target.generate(ids, attention_mask=mask, max_new_tokens=40, do_sample=False, eos_token_id=stops,
+                          pad_token_id=0)
+    lengths = [int(row.ne(0).sum()) for row in ref[:, ids.shape[1]:]]
+    assert len(set(lengths)) > 1  # the rows really do stop at different lengths
+    for mode, assistant, extra in (("dflash", drafter, {}), ("autoregressive", None, {}),
+                                   ("eagle3", make_eagle3(target), {"eagle_top_k": 1})):
+        out = target.generate(ids, attention_mask=mask, assistant_model=assistant, speculative_mode=mode,
+                              max_new_tokens=40, do_sample=False, eos_token_id=stops, pad_token_id=0, **extra)
+        assert out.tolist() == ref.tolist(), mode
+
+
+def test_sampling_follows_the_target_distribution_in_every_row():
+    """One prompt at three paddings in one batch: every row's first tokens follow the warped target distribution."""
+    target = make_target("qwen3", vocab_size=VOCAB, pad_token_id=None, bos_token_id=None, eos_token_id=None, seed=4)
+    with torch.no_grad():
+        target.lm_head.weight.mul_(0.25)
+    drafter = make_dflash(target, block_size=4)
+    drafter.config.dflash_config["mask_token_id"] = VOCAB - 1
+    drafter.mask_token_id = VOCAB - 1
+    prompts = [[1, 3, 5, 2, 4], [2, 6, 1], [4, 4, 0, 3, 1, 5, 2]]  # three lengths: three paddings in one batch
+    width = max(map(len, prompts))
+    ids = torch.tensor([[6] * (width - len(p)) + p for p in prompts])  # padding content must not matter
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    warpers = LogitsProcessorList([TemperatureLogitsWarper(0.7)])
+    # The joint of the first two of the STEPS tokens (64 cells): populated enough for ~500 samples per row.
+    expected = []
+    for p in prompts:
+        pairs = collections.defaultdict(float)
+        for cell, prob in exact_joint(target, torch.tensor([p]), warpers).items():
+            pairs[cell[:2]] += prob
+        expected.append(dict(pairs))
+    torch.manual_seed(99)
+    counts = [collections.Counter() for _ in range(3)]
+    calls = SAMPLES // 3
+    accepted = 0
+    for _ in range(calls):
+        out = target.generate(ids, attention_mask=mask, assistant_model=drafter, speculative_mode="dflash",
+                              max_new_tokens=STEPS, do_sample=True, temperature=0.7, return_dict_in_generate=True)
+        for b in range(3):
+            counts[b][tuple(out.sequences[b, width: width + 2].tolist())] += 1
+        accepted += sum(a - 1 for a in out.speculative_stats.acceptance_lengths)
+    assert accepted > 40  # drafts are accepted, so acceptance is under test
+
+    def pvalue(counter, expected):
+        n = sum(counter.values())
+        observed, predicted, rest_o, rest_p = [], [], 0, 0.0
+        for cell in sorted(expected, key=expected.get, reverse=True):
+            if expected[cell] * n >= 5:
+                observed.append(counter[cell]); predicted.append(expected[cell] * n)
+            else:
+                rest_o += counter[cell]; rest_p += expected[cell] * n
+        observed.append(rest_o); predicted.append(rest_p)
+        predicted = [p * n / sum(predicted) for p in predicted]
+        assert len(observed) > 10
+        return chisquare(observed, predicted).pvalue
+
+    for counter, row_expected in zip(counts, expected):
+        assert set(counter) <= set(row_expected), "a row sampled a sequence its target gives probability 0"
+        assert pvalue(counter, row_expected) > 1e-3
+
+
+class HostReads(TorchFunctionMode):
+    """Counts the device-to-host reads (tolist, item, bool, int, float, index) made by hf_specgen's engine code."""
+
+    READS = {torch.Tensor.tolist, torch.Tensor.item, torch.Tensor.__bool__, torch.Tensor.__int__,
+             torch.Tensor.__float__, torch.Tensor.__index__}
+
+    def __init__(self):
+        super().__init__()
+        self.reads = collections.Counter()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in self.READS:
+            # The innermost caller outside torch made the read: count it when that is our code (transformers'
+            # own generate preparation reads a few flags before the engine starts).
+            caller = [f for f in traceback.extract_stack()[:-1] if "/torch/" not in f.filename][-1]
+            if "/hf_specgen/" in caller.filename:
+                self.reads[f"{caller.filename.rsplit('/', 1)[-1]}:{caller.lineno}"] += 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("mode", ["dflash", "autoregressive", "classic", "eagle3", "fly"])
+def test_one_host_read_per_round(mode):
+    """Greedy rounds read the device once (each row's accepted / committed counts and done flag), plus once for the
+    prefill's first tokens and once for the output's padding; nothing inside drafting, verifying or stopping."""
+    target = make_target("qwen3")
+    assistant, extra = _assistants(target)[mode]
+    ids, mask = padded_batch(random.Random(2), [10, 25, 4])
+    with HostReads() as counter:
+        out = target.generate(ids, attention_mask=mask, assistant_model=assistant, speculative_mode=mode,
+                              max_new_tokens=30, do_sample=False, return_dict_in_generate=True, **extra)
+    rounds = out.speculative_stats.num_rounds
+    assert rounds > 5
+    assert sum(counter.reads.values()) <= rounds + 2, counter.reads
+
+
+def test_modes_that_cannot_batch_say_so_before_decoding():
+    target = make_target("qwen3")
+    ids, mask = padded_batch(random.Random(0), [4, 6])
+    eagle = make_eagle3(target)
+    with pytest.raises(ValueError, match="eagle_top_k=1"):
+        target.generate(ids, attention_mask=mask, assistant_model=eagle, speculative_mode="eagle3", max_new_tokens=5)
+    with pytest.raises(ValueError, match="fly_ngram=False"):
+        target.generate(ids, attention_mask=mask, assistant_model=make_target("qwen3", seed=5, num_hidden_layers=1),
+                        speculative_mode="fly", max_new_tokens=5)
+    bundle = hf_specgen.WhiFlash(ar=eagle, parallel=make_dflash(target), router="entropy")
+    with pytest.raises(ValueError, match="once per prompt"):
+        target.generate(ids, attention_mask=mask, assistant_model=bundle, speculative_mode="whiflash",
+                        max_new_tokens=5)
+    with pytest.raises(ValueError, match="output_scores"):
+        target.generate(ids, attention_mask=mask, assistant_model=make_dflash(target), speculative_mode="dflash",
+                        max_new_tokens=5, return_dict_in_generate=True, output_scores=True)

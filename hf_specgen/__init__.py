@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 _EXPORTS = {  # public name -> the module that defines it
     "SPECULATIVE_MODES": ".config", "SpeculativeConfig": ".config",
     "SpeculativeGenerateOutput": ".engine.loop", "SpeculativeStats": ".engine.stats",
-    "load_drafter": ".loading", "SpecGenMixin": ".mixin", "enable": ".mixin",
+    "load_drafter": ".loading", "SpecGenMixin": ".mixin", "enable": ".mixin", "release_compiled": ".mixin",
     "DFlashDraftModel": ".models.dflash", "Eagle3DraftModel": ".models.eagle3",
     "WhiFlash": ".models.whiflash", "WhiFlashRouter": ".models.whiflash",
     "load_target": ".targets", "prepare_target": ".targets", "embedded_model": ".embedded",

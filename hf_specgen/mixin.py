@@ -190,6 +190,13 @@ def speculative_generate(model, stock_generate, *args, **kwargs):
     return stock_generate(*args, custom_generate=decode, **kwargs)
 
 
+def release_compiled(model) -> None:
+    """Free what compiled speculative calls keep on ``model`` for the next call: the decoder with its step graphs'
+    static caches (one set, for the last call's batch size and cache size). The next compiled call builds them again;
+    ``torch._dynamo.reset()`` also drops the compiled code itself."""
+    model.__dict__.pop("_hf_specgen_decoders", None)
+
+
 class SpecGenMixin:
     """Adds ``speculative_mode=`` to ``generate``. Put it first in the bases: ``class M(SpecGenMixin, Qwen3ForCausalLM)``."""
 

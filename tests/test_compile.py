@@ -9,8 +9,11 @@ import random
 
 import torch
 import torch._dynamo
+
+import hf_specgen
 from torch._dynamo.utils import counters
 
+from hf_specgen.engine.cache import cache_tensor_addresses
 from conftest import make_dflash, make_target, random_prompt
 
 
@@ -20,6 +23,7 @@ def test_compiled_steps_match_eager_without_recompiles():
     target = make_target("qwen3", seed=21)
     drafter = make_dflash(target)
     rng = random.Random(0)
+    addresses = []
     for call, prompt_len in enumerate((12, 37, 60)):  # one cache bucket: the graphs must be reused
         prompt = random_prompt(rng, prompt_len)
         ref = target.generate(prompt, max_new_tokens=40, do_sample=False, eos_token_id=None)
@@ -27,12 +31,18 @@ def test_compiled_steps_match_eager_without_recompiles():
                               max_new_tokens=40, do_sample=False, eos_token_id=None, return_dict_in_generate=True)
         assert out.sequences.tolist() == ref.tolist()
         assert out.speculative_stats.num_rounds > 3  # many rounds with varying acceptance ran through the graphs
+        (decoder,) = target._hf_specgen_decoders.values()
+        # The same cache tensors serve every call (CUDA graphs record their addresses): target's and drafter's.
+        addresses.append(cache_tensor_addresses(decoder.cache) + cache_tensor_addresses(decoder.proposer.cache))
         if call == 0:
             graphs = counters["stats"]["unique_graphs"]
             assert graphs == 2, dict(counters["stats"])  # one verify graph, one draft graph
             torch._dynamo.config.error_on_recompile = True
     try:
         assert counters["stats"]["unique_graphs"] == graphs
+        assert addresses[0] == addresses[1] == addresses[2]
+        hf_specgen.release_compiled(target)
+        assert not getattr(target, "_hf_specgen_decoders", None)
     finally:
         torch._dynamo.config.error_on_recompile = False
         torch._dynamo.reset()

@@ -21,6 +21,7 @@ import torch
 
 from ..engine.graphs import CACHE_BUCKET
 from ..embedded import hub_models_dir
+from ..reports import has_compiled_baseline
 from .choices import ALL_METHODS, DTYPE_NAMES, LOSSLESS_DEFAULT  # noqa: F401 (re-exported)
 from .harness import MethodResult, run_method, tap_cost
 
@@ -418,11 +419,6 @@ def oracles(results: list[MethodResult], records: list[dict], block_size: int) -
     if step is not None:
         found["oracle per step"] = pooled([(step, i) for i in range(len(records))])
     return found
-
-
-def has_compiled_baseline(methods: dict) -> bool:
-    """Whether a report's methods (summarize's output) carry the "vs compiled AR" ratio (a ``--compile`` run)."""
-    return any("speedup_vs_compiled_ar" in e for m in methods.values() for e in m["by_category"].values())
 
 
 MIN_REPEATS = 3  # a speed is the median of at least this many timings

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from ..engine.cache import set_cache_length, static_cache
+from ..engine.cache import CachePool, set_cache_length
 from ..engine.graphs import StepRunner
 from ..models.dflash import DFlashDraftModel
 
@@ -74,6 +74,7 @@ class DFlashProposer:
         self.lm_head = target.get_output_embeddings()
         self.mask_token_id = int(drafter.mask_token_id)
         self._step = StepRunner(self._draft_step, compile_steps, drafter.device)
+        self._caches = CachePool(keep=compile_steps)
 
     def _draft_step(self, block_ids, context_features, positions, mask):
         # block_ids [B, W]; context_features [B, C, n_taps*H]; positions [B, C+W]; mask [B, 1, W, K+W]
@@ -82,8 +83,8 @@ class DFlashProposer:
 
     def start(self, session, prompt_features: torch.Tensor) -> None:
         self.session = session
-        self.cache = static_cache(session.capacity, self.drafter.config.num_hidden_layers, session.batch_size,
-                                  session.device)
+        self.cache = self._caches.get(session.capacity, self.drafter.config.num_hidden_layers, session.batch_size,
+                                      session.device)
         self.pending = prompt_features  # [B, P, n_taps*H], cached from slot 0
         self.context_start = torch.zeros_like(session.lengths)  # [B] first slot of the pending context rows
         self.forward_calls = 0

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from ..engine.cache import set_cache_length, static_cache
+from ..engine.cache import CachePool, set_cache_length
 from ..engine.graphs import StepRunner
 from ..engine.taps import decoder_layers
 from ..models.eagle3 import Eagle3DraftModel
@@ -74,6 +74,7 @@ class DraftModelProposer:
         device = next(draft_model.parameters()).device
         self._step = StepRunner(self._draft_step, compile_steps, device)
         self._rows_step = StepRunner(self._draft_rows_step, compile_steps, device)
+        self._caches = CachePool(keep=compile_steps)
 
     def _forward(self, ids, positions, mask):
         # ids [B, n]; positions [B, n]; mask [B, 1, n, capacity] -> logits [B, n, V]
@@ -93,8 +94,8 @@ class DraftModelProposer:
 
     def start(self, session, prompt_features) -> None:
         self.session = session
-        self.cache = static_cache(session.capacity, len(decoder_layers(self.draft_model)), session.batch_size,
-                                  session.device)
+        self.cache = self._caches.get(session.capacity, len(decoder_layers(self.draft_model)), session.batch_size,
+                                      session.device)
         prompt_len = session.prompt_len
         # Prefill the prompt except its last token (it is rewritten as the first row of round 1).
         if prompt_len > 1:

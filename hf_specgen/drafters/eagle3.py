@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from ..engine.cache import set_cache_length, static_cache
+from ..engine.cache import CachePool, set_cache_length
 from ..engine.graphs import StepRunner
 from ..engine.tree import TreeProposal
 from ..models.eagle3 import Eagle3DraftModel, default_eagle3_layer_ids
@@ -58,6 +58,7 @@ class Eagle3ChainProposer:
         device = next(drafter.parameters()).device
         self._context_step = StepRunner(self._step, compile_steps, device)
         self._chain_step = StepRunner(self._step, compile_steps, device)
+        self._caches = CachePool(keep=compile_steps)
 
     def _step(self, token_ids, features, positions, mask):
         # token_ids [B, T]; features [B, T, n*H] or [B, T, H]; positions [B, T]; mask [B, 1, T, capacity]
@@ -67,7 +68,7 @@ class Eagle3ChainProposer:
 
     def start(self, session, prompt_features: torch.Tensor) -> None:
         self.session = session
-        self.cache = static_cache(session.capacity, 1, session.batch_size, session.device)
+        self.cache = self._caches.get(session.capacity, 1, session.batch_size, session.device)
         self.pending = prompt_features  # [B, P, n*H]: features of slots 0..P-1
         self.context_start = torch.zeros_like(session.lengths)  # [B] feature slot of the first pending row
         self.forward_calls = 0

@@ -49,6 +49,31 @@ def static_cache(max_cache_len: int, num_layers: int, batch_size: int = 1, devic
     return Cache(layers=[RowStaticLayer(max_cache_len, batch_size, device) for _ in range(num_layers)])
 
 
+class CachePool:
+    """The static cache of a decoder's last call, handed to its next call of the same shape.
+
+    A compiled decoder lives across calls (kept on the target), and CUDA graphs record the addresses of the cache
+    tensors they write: reusing the same tensors lets every later call of that batch size and capacity replay the
+    recorded graphs instead of recording new ones. Stale contents need no clearing: each call writes from slot 0 and
+    its masks hide every slot it has not written. A call of another shape replaces the kept cache (one at a time:
+    caches are big). ``keep=False`` (eager decoders, built per call) allocates every time.
+    """
+
+    def __init__(self, keep: bool):
+        self.keep = keep
+        self._key, self._cache = None, None
+
+    def get(self, capacity: int, num_layers: int, batch_size: int, device) -> Cache:
+        key = (capacity, num_layers, batch_size, str(device))
+        if self.keep and key == self._key:
+            set_cache_length(self._cache, 0)
+            return self._cache
+        cache = static_cache(capacity, num_layers, batch_size, device)
+        if self.keep:
+            self._key, self._cache = key, cache
+        return cache
+
+
 def set_cache_length(cache: Cache, length: int | torch.Tensor) -> None:
     """Move every layer's write position to ``length`` (an int for every row, or [B]) in place."""
     for layer in cache.layers:

@@ -16,13 +16,14 @@ that read the sequence (repetition penalty, ...), trees and routers.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import torch
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
-from .cache import set_cache_length, static_cache
+from .cache import CachePool, set_cache_length
 from .graphs import CACHE_BUCKET, StepRunner
 from .session import DecodingSession
 from .stats import RoundClock, SpeculativeStats
@@ -149,6 +150,9 @@ class SpeculativeDecoder:
         self.width = proposer.block_size
         self.layer_ids = proposer.tapped_layer_ids
         self._verify = StepRunner(self._verify_step, compile_steps, target.device)
+        self._caches = CachePool(keep=compile_steps)
+        # A compiled decoder serves every later call on its target (graphs and caches reused): calls take turns.
+        self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ target forwards
     def _verify_step(self, block_ids, positions, mask):
@@ -195,17 +199,14 @@ class SpeculativeDecoder:
         return RoundResult(n_accepted, new_tokens[None], scores[rows][None], logits[0, rows][None], features)
 
     # ------------------------------------------------------------------ the call
-    @torch.no_grad()
-    def generate(
-        self,
-        input_ids: torch.LongTensor,
-        attention_mask: torch.Tensor | None,
-        generation_config,
-        logits_processor,
-        stopping_criteria,
-        streamer=None,
-        max_cache_len: int | None = None,
-    ):
+    def generate(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None, generation_config,
+                 logits_processor, stopping_criteria, streamer=None, max_cache_len: int | None = None):
+        with self._lock, torch.no_grad():
+            return self._generate(input_ids, attention_mask, generation_config, logits_processor, stopping_criteria,
+                                  streamer, max_cache_len)
+
+    def _generate(self, input_ids, attention_mask, generation_config, logits_processor, stopping_criteria, streamer,
+                  max_cache_len):
         target, width = self.target, self.width
         batch, prompt_len = input_ids.shape
         stop = StopRule(generation_config, stopping_criteria, prompt_len, input_ids.device)
@@ -220,7 +221,7 @@ class SpeculativeDecoder:
 
         dtype = target.get_input_embeddings().weight.dtype
         session = DecodingSession(input_ids, attention_mask, capacity, width, dtype)
-        self.cache = static_cache(capacity, len(decoder_layers(target)), batch, input_ids.device)
+        self.cache = self._caches.get(capacity, len(decoder_layers(target)), batch, input_ids.device)
         stats = SpeculativeStats(mode=self.mode, block_size=width, lossy=self.verifier is not None, batch_size=batch)
         clock = RoundClock(target.device)
         if streamer is not None:

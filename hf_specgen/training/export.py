@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from ..bench.runner import has_compiled_baseline
+from ..reports import has_compiled_baseline
 
 TARGET, DRAFTER, DRAFT_LM = "specgen-tiny", "specgen-tiny-dflash-b16", "specgen-tiny-draft"
 EAGLE3, WHIFLASH = "specgen-tiny-eagle3", "specgen-tiny-whiflash"
@@ -22,11 +22,21 @@ def _read(path: Path) -> dict:
 
 
 def _commands(runs: Path) -> dict:
-    """The exact command lines recorded by scripts/build_tiny_world.sh (``NAME<TAB>command`` per line)."""
+    """The exact command lines recorded by the build scripts (``NAME<TAB>command`` per line), as a reader would type
+    them: ``specgen`` by name (not the path of the build's virtual environment) and ``~`` for the home folder."""
     path = runs / "commands.txt"
     if not path.exists():
         return {}
-    return dict(line.split("\t", 1) for line in path.read_text().splitlines() if "\t" in line)
+    home = str(Path.home())
+    commands = {}
+    for line in path.read_text().splitlines():
+        if "\t" in line:
+            name, command = line.split("\t", 1)
+            program, _, rest = command.partition(" ")
+            if program.endswith("/specgen"):
+                command = f"specgen {rest}"
+            commands[name] = command.replace(home + "/", "~/")
+    return commands
 
 
 def _front_matter(**fields) -> str:

@@ -150,7 +150,7 @@ embedding. EAGLE layout (`midlayer.*`). Drafts a dynamic tree (`speculative_mode
 {_usage(EAGLE3, "eagle3")}
 
 ## Training
-{_data_line(runs)}. Training-time test with {log.get('ttt_steps')} unrolled steps, fp32 on one CPU thread:
+{_data_line(runs)}. Training-time test with {log.get('ttt_steps')} unrolled steps, on a 2-core CPU:
 {log.get('steps')} steps, {log.get('train_minutes', 0):.0f} minutes; {_fmt_settings(log)}. {_stages_line(runs, "eagle3")}
 
 ```

@@ -1,0 +1,9 @@
+"""The benchmark report format (``results.json`` of ``specgen bench``), read by the benchmark's own tables and by
+the model-card exporter in training/, which must not import the benchmark."""
+
+from __future__ import annotations
+
+
+def has_compiled_baseline(methods: dict) -> bool:
+    """Whether a report's methods (``report["methods"]``) carry the "vs compiled AR" ratio (a ``--compile`` run)."""
+    return any("speedup_vs_compiled_ar" in e for m in methods.values() for e in m["by_category"].values())

@@ -134,6 +134,9 @@ def main():
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     device = torch.device(args.device)
+    # Every mode and batch size compiles the shared step functions with its own shapes (dynamo's default keeps 8).
+    torch._dynamo.config.recompile_limit = 64
+    torch._dynamo.config.accumulated_recompile_limit = 1024
     if device.type == "cuda" and not torch.cuda.is_available():
         sys.exit("gpu_check needs a CUDA device (torch.cuda.is_available() is False); --device cpu is a dry run")
     import transformers

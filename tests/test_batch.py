@@ -61,6 +61,8 @@ def test_every_batchable_mode_equals_stock_batched_greedy(family):
             assert stats.batch_size == len(lengths) and stats.row_new_tokens == [max_new] * len(lengths)
             for row in stats.row_acceptance_lengths:  # each row's rounds commit exactly its tokens
                 assert 1 + sum(row) >= max_new and 1 + sum(row[:-1]) < max_new
+            if mode == "autoregressive":  # tau is per row and round: one token each
+                assert stats.mean_acceptance_length == 1.0
 
 
 def test_rows_that_stop_early_are_padded_like_stock():

@@ -295,3 +295,23 @@ def test_user_stopping_criteria_are_judged_after_every_token(qwen3_pair):
     out = target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=40,
                           do_sample=False, eos_token_id=None, stopping_criteria=criteria)
     assert out.tolist() == ref.tolist() and out.shape[1] - 16 == free.index(free[25]) + 1
+
+
+def test_eager_steps_attend_only_the_used_cache_prefix(qwen3_pair):
+    """Eager verifies see the cache slots in use (rounded up to 64), not the whole allocation: early rounds of a long
+    call attend far fewer keys, and the tokens stay exact."""
+    target, drafter = qwen3_pair
+    prompt = random_prompt(random.Random(8), 20)
+    widths = []
+    handle = target.register_forward_pre_hook(
+        lambda module, args, kwargs: widths.append(kwargs["attention_mask"].shape[-1]), with_kwargs=True)
+    try:
+        out = target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=300,
+                              do_sample=False, eos_token_id=None)
+    finally:
+        handle.remove()
+    assert out.tolist() == target.generate(prompt, max_new_tokens=300, do_sample=False, eos_token_id=None).tolist()
+    capacity = 20 + 300 + drafter.block_size
+    assert widths[0] == 64 and widths[1] == 64  # prefill and first verify: 20 prompt slots + one block
+    assert widths == sorted(widths) and all(w % 64 == 0 or w == capacity for w in widths)
+    assert widths[-1] == capacity and sum(widths) < 0.7 * capacity * len(widths)

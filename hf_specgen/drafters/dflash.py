@@ -85,6 +85,7 @@ class DFlashProposer:
         self.session = session
         self.cache = self._caches.get(session.capacity, self.drafter.config.num_hidden_layers, session.batch_size,
                                       session.device)
+        session.attach(self.cache)
         self.pending = prompt_features  # [B, P, n_taps*H], cached from slot 0
         self.context_start = torch.zeros_like(session.lengths)  # [B] first slot of the pending context rows
         self.forward_calls = 0

@@ -96,6 +96,7 @@ class DraftModelProposer:
         self.session = session
         self.cache = self._caches.get(session.capacity, len(decoder_layers(self.draft_model)), session.batch_size,
                                       session.device)
+        session.attach(self.cache)
         prompt_len = session.prompt_len
         # Prefill the prompt except its last token (it is rewritten as the first row of round 1).
         if prompt_len > 1:

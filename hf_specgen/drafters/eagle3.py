@@ -69,6 +69,7 @@ class Eagle3ChainProposer:
     def start(self, session, prompt_features: torch.Tensor) -> None:
         self.session = session
         self.cache = self._caches.get(session.capacity, 1, session.batch_size, session.device)
+        session.attach(self.cache)
         self.pending = prompt_features  # [B, P, n*H]: features of slots 0..P-1
         self.context_start = torch.zeros_like(session.lengths)  # [B] feature slot of the first pending row
         self.forward_calls = 0

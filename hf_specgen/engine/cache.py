@@ -21,6 +21,7 @@ class RowStaticLayer(StaticLayer):
         super().__init__(max_cache_len=max_cache_len)
         self.row_lengths = torch.zeros(batch_size, dtype=torch.long, device=device)
         torch._dynamo.mark_static_address(self.row_lengths)  # updated in place inside compiled steps
+        self.visible = None  # eager steps: attend slots [0, visible) only (None: the whole cache)
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         # key_states / value_states: [B, heads, T, head_dim], written at each row's own slots
@@ -34,6 +35,8 @@ class RowStaticLayer(StaticLayer):
         self.keys.scatter_(2, index.expand(-1, -1, -1, self.k_head_dim), key_states)
         self.values.scatter_(2, index.expand(-1, -1, -1, self.v_head_dim), value_states)
         self.row_lengths.add_(new)
+        if self.visible is not None:
+            return self.keys[:, :, : self.visible], self.values[:, :, : self.visible]
         return self.keys, self.values
 
     def get_seq_length(self) -> int:

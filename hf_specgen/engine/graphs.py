@@ -1,8 +1,10 @@
 """Fixed-shape steps, optionally compiled with torch.compile ("reduce-overhead" = CUDA graphs on GPU).
 
 Every decode step sees the same shapes each round (W query rows, the whole pre-allocated cache as keys,
-masks and positions passed as tensors), so one graph serves the whole call. Acceptance stays outside the
-graph. On CUDA, outputs of a graph replay are overwritten by the next replay: callers clone what they keep.
+masks and positions passed as tensors), so one graph serves the whole call; ``fullgraph=True`` makes a graph break an
+error rather than a silent fallback. Acceptance stays outside the graph. On CUDA, outputs of a graph replay are
+overwritten by the next replay: callers clone what they keep. Eager steps instead attend only the cache slots in use
+(``DecodingSession.show``), rounded up to VISIBLE_BUCKET.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import torch
 
 CACHE_BUCKET = 256  # cache sizes are rounded up to this when compiling, so nearby calls reuse graphs
+VISIBLE_BUCKET = 64  # eager steps attend the used cache prefix rounded up to this
 
 
 def should_compile(setting, device: torch.device) -> bool:
@@ -27,7 +30,7 @@ class StepRunner:
         self._is_cuda = device.type == "cuda"
         if compile_step:
             mode = "reduce-overhead" if self._is_cuda else "default"
-            self._fn = torch.compile(fn, mode=mode, dynamic=False, fullgraph=False)
+            self._fn = torch.compile(fn, mode=mode, dynamic=False, fullgraph=True)
         else:
             self._fn = fn
 

@@ -222,6 +222,11 @@ class SpeculativeDecoder:
         dtype = target.get_input_embeddings().weight.dtype
         session = DecodingSession(input_ids, attention_mask, capacity, width, dtype)
         self.cache = self._caches.get(capacity, len(decoder_layers(target)), batch, input_ids.device)
+        session.attach(self.cache)
+        # Eager steps attend only the slots in use: every slot a round may write is below the longest row's
+        # last slot + the block + the proposer's margin (compiled steps keep the capacity: one shape).
+        show = (lambda: None) if self.compile_steps else (
+            lambda: session.show(max(session.host_lengths) + width + margin))
         stats = SpeculativeStats(mode=self.mode, block_size=width, lossy=self.verifier is not None, batch_size=batch)
         clock = RoundClock(target.device)
         if streamer is not None:
@@ -261,6 +266,7 @@ class SpeculativeDecoder:
                 self.tap = tap
                 # ---------------- prefill: the prompt, and the first new token of every row
                 t0 = clock.mark()
+                show()
                 out = target(input_ids=input_ids, position_ids=session.positions[:, :prompt_len],
                              attention_mask=session.prefill_mask(), past_key_values=self.cache, use_cache=True)
                 last_logits = out.logits[:, -1:]  # [B, 1, V]
@@ -280,6 +286,7 @@ class SpeculativeDecoder:
                 rounds = []  # per round: (clock marks, rows active in it)
                 while active_rows:
                     r0 = clock.mark()
+                    show()
                     draft = self.proposer.propose()  # [B, W] (or [W] at batch 1), or a TreeProposal
                     r1 = clock.mark()
                     if isinstance(draft, TreeProposal):

@@ -5,7 +5,8 @@ then its generated tokens. Slot s of row b addresses the same row of the target'
 (``cache.row_static_cache``: each row writes at its own slots). Rows advance by different amounts each round, so
 every per-round quantity is a [B] tensor on the device (``lengths``, ``last_slots``) and the fixed-shape steps
 gather positions and build masks from it: queries at slots start_b .. start_b+W-1 of row b against the whole
-pre-allocated cache, with unwritten, rolled-back and padding slots hidden.
+pre-allocated cache (eager steps: its used prefix, see ``show``), with unwritten, rolled-back and padding slots
+hidden.
 
 The host keeps a mirror of the lengths (``host_lengths``), refreshed from the one small transfer the loop makes per
 round; the batch-1 helpers (``last_slot``, ``committed``) read it, so they cost no device round trip.
@@ -14,6 +15,8 @@ round; the batch-1 helpers (``last_slot``, ``committed``) read it, so they cost 
 from __future__ import annotations
 
 import torch
+
+from .graphs import VISIBLE_BUCKET
 
 
 class DecodingSession:
@@ -47,9 +50,30 @@ class DecodingSession:
         valid = attention_mask.long().sum(-1, keepdim=True)  # [B, 1]
         self.positions = torch.arange(capacity, device=device)[None] - prompt_len + valid  # [B, capacity]
         self.positions[:, :prompt_len] = prompt_positions
-        self._columns = torch.arange(capacity, device=device)  # [K]
+        self._columns = torch.arange(capacity, device=device)  # [capacity]
         self._blocked = torch.finfo(mask_dtype).min
         self.mask_dtype = mask_dtype
+        self.visible = capacity  # K: cache slots a step attends (masks have K columns)
+        self._caches = []  # caches whose reads follow ``visible`` (see show)
+
+    # ---------------------------------------------------------------- the attended prefix (eager steps)
+    def attach(self, cache) -> None:
+        """Have ``cache``'s reads follow ``show``: a target's or drafter's cache indexed by this session's slots."""
+        self._caches.append(cache)
+        self._apply_visible(cache)
+
+    def show(self, needed_slots: int) -> None:
+        """Eager steps attend slots [0, K) only, K = ``needed_slots`` rounded up to VISIBLE_BUCKET (at most the
+        capacity): masks get K columns and attached caches return their first K slots. Compiled steps never call
+        this (their shapes stay fixed at the capacity). Callers pass every slot the round may write."""
+        self.visible = min(self.capacity, -(-needed_slots // VISIBLE_BUCKET) * VISIBLE_BUCKET)
+        for cache in self._caches:
+            self._apply_visible(cache)
+
+    def _apply_visible(self, cache) -> None:
+        visible = None if self.visible == self.capacity else self.visible
+        for layer in cache.layers:
+            layer.visible = visible
 
     # ---------------------------------------------------------------- tokens
     @property
@@ -112,31 +136,33 @@ class DecodingSession:
         return first_slots
 
     def context_allowed(self, start) -> torch.Tensor:
-        """[B, capacity] bool: the valid committed slots before ``start`` (an int, or [B] per row)."""
-        return (self._columns[None] < self._as_slots(start)[:, None]) & self.slot_ok
+        """[B, K] bool: the valid committed slots before ``start`` (an int, or [B] per row)."""
+        columns = self._columns[: self.visible]
+        return (columns[None] < self._as_slots(start)[:, None]) & self.slot_ok[:, : self.visible]
 
     def prefill_mask(self) -> torch.Tensor:
-        """Causal mask for the prompt rows against the whole cache: [B, 1, P, capacity]."""
+        """Causal mask for the prompt rows against the cache: [B, 1, P, K]."""
         return self.causal_mask(0, self.prompt_len)
 
     def causal_mask(self, first_slot, n_rows: int) -> torch.Tensor:
-        """Query i of row b (at slot first_slot[b]+i) sees every valid slot <= first_slot[b]+i: [B, 1, n, capacity].
+        """Query i of row b (at slot first_slot[b]+i) sees every valid slot <= first_slot[b]+i: [B, 1, n, K].
         ``first_slot``: an int (every row) or [B]. A verify uses it with the block's rows; a draft step with its own."""
         query_slots = self._as_slots(first_slot)[:, None] + torch.arange(n_rows, device=self.device)  # [B, n]
-        return self.mask_from((self._columns[None, None] <= query_slots[:, :, None]) & self.slot_ok[:, None])
+        columns, slot_ok = self._columns[: self.visible], self.slot_ok[:, : self.visible]
+        return self.mask_from((columns[None, None] <= query_slots[:, :, None]) & slot_ok[:, None])  # [B, 1, n, K]
 
     def tree_mask(self, start: int, ancestors: torch.Tensor) -> torch.Tensor:
         """Tree verify (batch 1), nodes at slots start..start+N-1: each sees the valid committed slots and its
-        ancestors (ancestors [N, N] bool, self included): [1, 1, N, capacity]."""
+        ancestors (ancestors [N, N] bool, self included): [1, 1, N, K]."""
         n = ancestors.shape[0]
-        allowed = self.context_allowed(start)[:, None].expand(-1, n, -1).clone()  # [1, N, capacity]
+        allowed = self.context_allowed(start)[:, None].expand(-1, n, -1).clone()  # [1, N, K]
         allowed[0, :, start: start + n] = ancestors
         return self.mask_from(allowed)
 
     def block_mask(self, start, width: int | None = None) -> torch.Tensor:
         """Drafter mask, keys = [cache ; block]: cached context slots < start (int or [B]), and the whole block
-        (bidirectional): [B, 1, W, capacity + W] (W = ``width``, default the session's)."""
+        (bidirectional): [B, 1, W, K + W] (W = ``width``, default the session's)."""
         width = width or self.width
-        context_ok = self.context_allowed(start)[:, None].expand(-1, width, -1)  # [B, W, capacity]
+        context_ok = self.context_allowed(start)[:, None].expand(-1, width, -1)  # [B, W, K]
         block_ok = torch.ones((self.batch_size, width, width), dtype=torch.bool, device=self.device)
         return self.mask_from(torch.cat([context_ok, block_ok], dim=2))

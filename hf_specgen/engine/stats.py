@@ -65,8 +65,8 @@ class SpeculativeStats:
 
     @property
     def mean_acceptance_length(self) -> float:
-        """tau: committed tokens per round."""
-        return sum(self.acceptance_lengths) / max(1, self.num_rounds)
+        """tau: committed tokens per round (a batch: per row and round, pooled over the rows)."""
+        return sum(self.acceptance_lengths) / max(1, len(self.acceptance_lengths))
 
     @property
     def switches(self) -> int:

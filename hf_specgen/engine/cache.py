@@ -32,8 +32,8 @@ class RowStaticLayer(StaticLayer):
             raise RuntimeError(f"cache built for {self.row_lengths.shape[0]} rows got a batch of {batch}")
         slots = self.row_lengths[:, None] + torch.arange(new, device=key_states.device)  # [B, T]
         index = slots[:, None, :, None].expand(batch, heads, new, 1)
-        self.keys.scatter_(2, index.expand(-1, -1, -1, self.k_head_dim), key_states)
-        self.values.scatter_(2, index.expand(-1, -1, -1, self.v_head_dim), value_states)
+        self.keys.scatter_(2, index.expand(-1, -1, -1, key_states.shape[-1]), key_states)
+        self.values.scatter_(2, index.expand(-1, -1, -1, value_states.shape[-1]), value_states)
         self.row_lengths.add_(new)
         if self.visible is not None:
             return self.keys[:, :, : self.visible], self.values[:, :, : self.visible]

@@ -77,7 +77,7 @@ class DraftModelProposer:
         self._caches = CachePool(keep=compile_steps)
 
     def _forward(self, ids, positions, mask):
-        # ids [B, n]; positions [B, n]; mask [B, 1, n, capacity] -> logits [B, n, V]
+        # ids [B, n]; positions [B, n]; mask [B, 1, n, K] -> logits [B, n, V]
         return self.draft_model(input_ids=ids, position_ids=positions, attention_mask=mask,
                                 past_key_values=self.cache, use_cache=True).logits
 

@@ -61,7 +61,7 @@ class Eagle3ChainProposer:
         self._caches = CachePool(keep=compile_steps)
 
     def _step(self, token_ids, features, positions, mask):
-        # token_ids [B, T]; features [B, T, n*H] or [B, T, H]; positions [B, T]; mask [B, 1, T, capacity]
+        # token_ids [B, T]; features [B, T, n*H] or [B, T, H]; positions [B, T]; mask [B, 1, T, K]
         hidden = self.drafter(self.embed(token_ids), features, positions, self.cache, mask)  # [B, T, H]
         draft_ids = self.drafter.draft_logits(hidden).argmax(dim=-1)  # [B, T]
         return self.drafter.to_target_ids(draft_ids), hidden
@@ -153,7 +153,7 @@ class Eagle3TreeProposer(Eagle3ChainProposer):
         self.cache_margin = top_k * depth  # drafter tree rows live past the verified slots
 
     def _level_step(self, token_ids, features, positions, mask):
-        # token_ids [1, k]; features [1, k, H]; positions [1, k]; mask [1, 1, k, capacity]
+        # token_ids [1, k]; features [1, k, H]; positions [1, k]; mask [1, 1, k, K]
         hidden = self.drafter(self.embed(token_ids), features, positions, self.cache, mask)  # [1, k, H]
         logprobs = torch.log_softmax(self.drafter.draft_logits(hidden).float(), dim=-1)  # [1, k, draft_vocab]
         return logprobs[0], hidden
@@ -169,10 +169,10 @@ class Eagle3TreeProposer(Eagle3ChainProposer):
         frontier = list(range(k))  # node ids to expand next
         frontier_hidden = hidden.expand(1, k, -1)  # [1, k, H]: each node's parent output
         row_slot: dict[int, int] = {}  # node id -> drafter cache slot of the row that expanded it
-        base_allowed = session.context_allowed(start)  # [1, capacity] committed context
+        base_allowed = session.context_allowed(start)  # [1, K] committed context
         for level in range(1, self.depth):
             slot0 = start + (level - 1) * k
-            allowed = base_allowed.expand(k, -1).clone()  # [k, capacity]
+            allowed = base_allowed.expand(k, -1).clone()  # [k, K]
             for row, node in enumerate(frontier):
                 row_slot[node] = slot0 + row
                 ancestor = node

@@ -156,7 +156,7 @@ class SpeculativeDecoder:
 
     # ------------------------------------------------------------------ target forwards
     def _verify_step(self, block_ids, positions, mask):
-        # block_ids [B, W]; positions [B, W]; mask [B, 1, W, capacity]
+        # block_ids [B, W]; positions [B, W]; mask [B, 1, W, K] (K: the attended cache slots)
         out = self.target(
             input_ids=block_ids, position_ids=positions, attention_mask=mask, past_key_values=self.cache, use_cache=True
         )
@@ -234,10 +234,10 @@ class SpeculativeDecoder:
         active = torch.ones(batch, dtype=torch.bool, device=input_ids.device)
         active_rows = list(range(batch))
 
-        def commit(result: RoundResult, counts: torch.Tensor) -> list[int]:
-            """Append each active row's kept tokens, judge stopping, and read the round's numbers to the host
-            (the round's one transfer); returns the rows still active."""
-            nonlocal active
+        def commit(result: RoundResult, counts: torch.Tensor) -> tuple[list[list[int]], list[int]]:
+            """Append each active row's kept tokens, judge stopping, and read the round's numbers to the host (the
+            round's one transfer): returns them ([kept, done, n_accepted, (FLy: mismatches, rescued)], each per row)
+            and the rows still active."""
             kept, done = stop.judge(session, result.new_tokens, counts, active)
             first_new = list(session.host_lengths)
             extras = [result.n_accepted, result.mismatches, result.rescued]
@@ -283,7 +283,7 @@ class SpeculativeDecoder:
                 t1 = clock.mark()
 
                 # ---------------- decode rounds
-                rounds = []  # per round: (clock marks, rows active in it)
+                rounds = []  # per round: its clock marks (read once, after the call)
                 while active_rows:
                     r0 = clock.mark()
                     show()

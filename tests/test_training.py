@@ -334,6 +334,10 @@ def test_trained_dflash_exports_in_zlab_format_and_decodes_losslessly(mini_world
         main(["train", "dflash", "--target", str(mini_world / "target"), "--data", str(trained_runs / "regen.jsonl"),
               "--out", str(trained_runs / "dflash_bad"), "--block-size", "8", "--init-from", str(out / "model"),
               "--max-steps", "1"])
+    with pytest.raises(ValueError, match="pass one of them"):  # two starts at once: refused, not silently one
+        main(["train", "dflash", "--target", str(mini_world / "target"), "--data", str(trained_runs / "regen.jsonl"),
+              "--out", str(trained_runs / "dflash_bad"), "--block-size", "4", "--init-from", str(out / "model"),
+              "--init-layers-from-target", "--max-steps", "1"])
 
     target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained(mini_world / "target"))
     drafter = hf_specgen.load_drafter(out / "model")

@@ -251,6 +251,9 @@ def offline_acceptance(drafter, target, examples, pad_id: int, limit: int = 64) 
 
 
 def train_dflash(args) -> dict:
+    if args.init_from and args.init_layers_from_target:
+        raise ValueError("--init-from continues a trained drafter and --init-layers-from-target starts a new one from "
+                         "the target's layers: pass one of them")
     out_dir = start_run(args)
     tokenizer, target = load_frozen_target(args.target)
     mask_token_id = args.mask_token_id if args.mask_token_id is not None else tokenizer.mask_token_id
@@ -311,7 +314,7 @@ def train_dflash(args) -> dict:
                        run_info={"target": str(args.target), "data": str(args.data), "train_sequences": len(train),
                                  "heldout_sequences": len(heldout), "gamma": gamma, "max_anchors": args.max_anchors,
                                  "anchor_budget": args.anchor_budget, "init_from": args.init_from,
-                                 "init_layers_from_target": bool(args.init_layers_from_target and not args.init_from),
+                                 "init_layers_from_target": bool(args.init_layers_from_target),
                                  "attention": "flex" if use_flex else "dense",
                                  "train_vocab": len(train_vocab) if train_vocab is not None else "all",
                                  "drafter_parameters": sum(p.numel() for p in drafter.parameters())})

@@ -87,7 +87,8 @@ def test_rows_that_stop_early_are_padded_like_stock():
 
 
 def test_sampling_follows_the_target_distribution_in_every_row():
-    """One prompt at three paddings in one batch: every row's first tokens follow the warped target distribution."""
+    """Three prompts of different lengths (three paddings) in one batch: each row's first two tokens follow its own
+    warped target distribution."""
     target = make_target("qwen3", vocab_size=VOCAB, pad_token_id=None, bos_token_id=None, eos_token_id=None, seed=4)
     with torch.no_grad():
         target.lm_head.weight.mul_(0.25)

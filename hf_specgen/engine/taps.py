@@ -8,6 +8,7 @@ Forward hooks on the decoder layers keep exactly the tapped outputs (not all lay
 from __future__ import annotations
 
 import contextlib
+import threading
 
 import torch
 from torch import nn
@@ -26,16 +27,24 @@ def decoder_layers(model: nn.Module) -> nn.ModuleList:
 
 
 class HiddenStateTap:
-    """Records the outputs of ``layer_ids`` on every forward; ``features()`` concatenates them in list order."""
+    """Records the outputs of ``layer_ids`` on every forward; ``features()`` concatenates them in list order.
+
+    Hooks live on the shared model, so a call running in another thread fires them too: each tap keeps only the
+    forwards of the thread that opened it, and concurrent calls on one model each see their own hidden states."""
 
     def __init__(self, model: nn.Module, layer_ids: list[int]):
         self.layer_ids = list(layer_ids)
         self._layers = decoder_layers(model)
         self._outputs: dict[int, torch.Tensor] = {}
         self._handles = []
+        self._thread = threading.get_ident()
 
     def _hook(self, layer_id: int):
         def record(module, args, output):
+            # Compiled steps trace this hook into their graph (no thread check possible there); a compiled decoder
+            # serves one call at a time.
+            if not torch.compiler.is_compiling() and threading.get_ident() != self._thread:
+                return  # another call's forward on the same model
             self._outputs[layer_id] = output[0] if isinstance(output, tuple) else output
 
         return record

@@ -106,7 +106,8 @@ class StopRule:
     def __init__(self, generation_config, stopping_criteria, prompt_len: int, device):
         self.prompt_len = prompt_len
         self.max_new_tokens = generation_config.max_length - prompt_len
-        self.stop_ids = torch.tensor(_stop_token_ids(generation_config), dtype=torch.long, device=device)
+        self.stop_token_ids = _stop_token_ids(generation_config)  # host list, for the output's pad choice
+        self.stop_ids = torch.tensor(self.stop_token_ids, dtype=torch.long, device=device)
         self.extra = [c for c in stopping_criteria if not isinstance(c, (EosTokenCriteria, MaxLengthCriteria))]
 
     def judge(self, session: DecodingSession, new_tokens, counts, active):
@@ -342,7 +343,7 @@ class SpeculativeDecoder:
         longest = max(session.host_lengths)
         sequences = session.tokens[:, :longest].clone()
         if session.batch_size > 1:
-            pad = _pad_token_id(generation_config, stop.stop_ids.tolist())
+            pad = _pad_token_id(generation_config, stop.stop_token_ids)
             past_end = torch.arange(longest, device=session.device)[None] >= session.lengths[:, None]
             sequences.masked_fill_(past_end, pad)
         return sequences

@@ -2,7 +2,7 @@
 
 Each batch row b has its own sequence in a [B, capacity] token buffer: the (left-padded) prompt at slots 0..P-1,
 then its generated tokens. Slot s of row b addresses the same row of the target's and the drafters' KV caches
-(``cache.row_static_cache``: each row writes at its own slots). Rows advance by different amounts each round, so
+(``cache.RowStaticLayer``: each row writes at its own slots). Rows advance by different amounts each round, so
 every per-round quantity is a [B] tensor on the device (``lengths``, ``last_slots``) and the fixed-shape steps
 gather positions and build masks from it: queries at slots start_b .. start_b+W-1 of row b against the whole
 pre-allocated cache (eager steps: its used prefix, see ``show``), with unwritten, rolled-back and padding slots

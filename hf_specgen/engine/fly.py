@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .verify import target_choices
+from .verify import committed_tokens, target_choices
 
 FLY_SAMPLING_RULES = ("reference", "lossless_core")
 FLY_WINDOW_CONVENTIONS = ("reference", "vllm")
@@ -116,8 +116,7 @@ class FlyVerifier:
         rescue = fly_rescue(exact, entropy, self.window, self.theta)
         n = committed_prefix(exact | rescue)  # [B]
         emitted = torch.arange(k, device=draft.device) < n[:, None]  # [B, K]
-        shifted = torch.cat([draft[:, 1:], choices[:, -1:]], dim=1)  # [B, K+1]: draft j+1 at column j
-        new_tokens = torch.where(torch.arange(k + 1, device=draft.device) < n[:, None], shifted, choices)
+        new_tokens = committed_tokens(draft, choices, n)  # rescued slots emit the DRAFT token
         return FlyDecision(n, new_tokens, (~exact).long().sum(-1), (rescue & emitted).long().sum(-1))
 
 

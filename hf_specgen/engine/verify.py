@@ -92,6 +92,12 @@ def accept_block(draft: torch.Tensor, choices: torch.Tensor) -> tuple[torch.Tens
     choice at the first mismatch (or after the last slot): new_tokens[b, :n_accepted[b] + 1].
     """
     n_accepted = accepted_length(draft, choices)
+    return n_accepted, committed_tokens(draft, choices, n_accepted)
+
+
+def committed_tokens(draft: torch.Tensor, choices: torch.Tensor, n_accepted: torch.Tensor) -> torch.Tensor:
+    """[B, W]: each row's first n_accepted[b] drafts, then the target's choice at slot n_accepted[b] (row b commits
+    the first n_accepted[b] + 1 of them). Shared by the lossless rule and FLy's, which differ in n_accepted only."""
     shifted = torch.cat([draft[:, 1:], choices[:, -1:]], dim=1)  # [B, W]: draft j+1 at column j
     keep_draft = torch.arange(draft.shape[1], device=draft.device) < n_accepted[:, None]
-    return n_accepted, torch.where(keep_draft, shifted, choices)
+    return torch.where(keep_draft, shifted, choices)

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import hf_specgen  # noqa: E402
 from hf_specgen.bench.models import synthetic_pair  # noqa: E402
 
-BATCHABLE = {"autoregressive", "dflash", "classic", "eagle3-chain", "fly"}
+BATCHABLE = {"autoregressive", "dflash", "classic", "eagle3-chain", "eagle3-tree", "fly"}
 
 
 def assistants(drafter, draft_lm, eagle) -> dict[str, tuple]:

@@ -38,6 +38,7 @@ def _assistants(target, family: str = "qwen3"):
         "dflash": (make_dflash(target, block_size=8), {}),
         "classic": (make_target(family, seed=5, num_hidden_layers=1), {"num_draft_tokens": 4}),
         "eagle3": (eagle, {"eagle_top_k": 1, "num_draft_tokens": 4}),
+        "eagle3-tree": (eagle, {"eagle_top_k": 3, "eagle_depth": 4, "eagle_total_tokens": 10}),
         # FLy with a gate no mismatch passes rescues nothing: it must equal the target's greedy tokens.
         "fly": (make_dflash(target, block_size=8, seed=2), {"fly_entropy_threshold": 1.0986}),
     }
@@ -53,8 +54,9 @@ def test_every_batchable_mode_equals_stock_batched_greedy(family):
             ids, mask = padded_batch(rng, lengths)
             # No stop token here (the next test has them): every row decodes max_new tokens.
             ref = target.generate(ids, attention_mask=mask, max_new_tokens=max_new, do_sample=False, eos_token_id=None)
-            out = target.generate(ids, attention_mask=mask, assistant_model=assistant, speculative_mode=mode,
-                                  max_new_tokens=max_new, do_sample=False, eos_token_id=None,
+            out = target.generate(ids, attention_mask=mask, assistant_model=assistant,
+                                  speculative_mode=mode.split("-")[0], max_new_tokens=max_new, do_sample=False,
+                                  eos_token_id=None,
                                   return_dict_in_generate=True, **extra)
             assert out.sequences.tolist() == ref.tolist(), (mode, lengths, max_new)
             stats = out.speculative_stats
@@ -80,10 +82,11 @@ def test_rows_that_stop_early_are_padded_like_stock():
     lengths = [int(row.ne(0).sum()) for row in ref[:, ids.shape[1]:]]
     assert len(set(lengths)) > 1  # the rows really do stop at different lengths
     for mode, assistant, extra in (("dflash", drafter, {}), ("autoregressive", None, {}),
-                                   ("eagle3", make_eagle3(target), {"eagle_top_k": 1})):
+                                   ("eagle3", make_eagle3(target), {"eagle_top_k": 1}),
+                                   ("eagle3", make_eagle3(target), {"eagle_top_k": 3, "eagle_total_tokens": 12})):
         out = target.generate(ids, attention_mask=mask, assistant_model=assistant, speculative_mode=mode,
                               max_new_tokens=40, do_sample=False, eos_token_id=stops, pad_token_id=0, **extra)
-        assert out.tolist() == ref.tolist(), mode
+        assert out.tolist() == ref.tolist(), (mode, extra)
 
 
 def test_sampling_follows_the_target_distribution_in_every_row():
@@ -157,7 +160,7 @@ class HostReads(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-@pytest.mark.parametrize("mode", ["dflash", "autoregressive", "classic", "eagle3", "fly"])
+@pytest.mark.parametrize("mode", ["dflash", "autoregressive", "classic", "eagle3", "eagle3-tree", "fly"])
 def test_one_host_read_per_round(mode):
     """Greedy rounds read the device once (each row's accepted / committed counts and done flag), plus once for the
     prefill's first tokens and once for the output's padding; nothing inside drafting, verifying or stopping."""
@@ -165,7 +168,7 @@ def test_one_host_read_per_round(mode):
     assistant, extra = _assistants(target)[mode]
     ids, mask = padded_batch(random.Random(2), [10, 25, 4])
     with HostReads() as counter:
-        out = target.generate(ids, attention_mask=mask, assistant_model=assistant, speculative_mode=mode,
+        out = target.generate(ids, attention_mask=mask, assistant_model=assistant, speculative_mode=mode.split("-")[0],
                               max_new_tokens=30, do_sample=False, return_dict_in_generate=True, **extra)
     rounds = out.speculative_stats.num_rounds
     assert rounds > 5
@@ -176,8 +179,6 @@ def test_modes_that_cannot_batch_say_so_before_decoding():
     target = make_target("qwen3")
     ids, mask = padded_batch(random.Random(0), [4, 6])
     eagle = make_eagle3(target)
-    with pytest.raises(ValueError, match="eagle_top_k=1"):
-        target.generate(ids, attention_mask=mask, assistant_model=eagle, speculative_mode="eagle3", max_new_tokens=5)
     with pytest.raises(ValueError, match="fly_ngram=False"):
         target.generate(ids, attention_mask=mask, assistant_model=make_target("qwen3", seed=5, num_hidden_layers=1),
                         speculative_mode="fly", max_new_tokens=5)

@@ -94,5 +94,22 @@ def test_every_compiled_mode_returns_the_stock_tokens():
             out = target.generate(prompt, speculative_compile=True, max_cache_len=256, max_new_tokens=30,
                                   do_sample=False, eos_token_id=None, **kwargs)
             assert out.tolist() == ref.tolist(), kwargs["speculative_mode"]
+        # The tree compiles three steps (target verify, drafter context, drafter level), its per-level step serving
+        # every level with one graph, and the next call reuses them all (any recompile raises).
+        from torch._dynamo.utils import counters
+
+        torch._dynamo.reset()
+        counters.clear()
+        tree = cases[1]
+        for length in (9, 33):
+            if length == 33:
+                assert counters["stats"]["unique_graphs"] == 3, dict(counters["stats"])
+                torch._dynamo.config.error_on_recompile = True
+            prompt = random_prompt(rng, length)
+            ref = target.generate(prompt, max_new_tokens=20, do_sample=False, eos_token_id=None)
+            out = target.generate(prompt, speculative_compile=True, max_cache_len=256, max_new_tokens=20,
+                                  do_sample=False, eos_token_id=None, **tree)
+            assert out.tolist() == ref.tolist()
     finally:
+        torch._dynamo.config.error_on_recompile = False
         torch._dynamo.reset()

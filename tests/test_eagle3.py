@@ -212,3 +212,82 @@ def test_draft_vocabulary_keeps_the_most_frequent_tokens():
     d2t, t2d = draft_vocabulary(examples, 12, 3)
     kept = (torch.arange(3) + d2t).tolist()
     assert kept == [4, 7, 9] and t2d.nonzero().flatten().tolist() == [4, 7, 9]
+
+
+@torch.no_grad()
+def _reference_tree(target, drafter, committed: torch.Tensor, top_k: int, depth: int, total: int):
+    """The EAGLE-2 dynamic tree from scratch, node by node in Python, no cache: each frontier node's distribution is
+    the drafter run over the committed rows plus its own ancestor path. Returns (tokens, parents) of the proposal."""
+    layer_ids = drafter.target_layer_ids or default_eagle3_layer_ids(target.config.num_hidden_layers)
+    hs = target(committed, output_hidden_states=True).hidden_states
+    start = committed.shape[1] - 1
+    context_hidden = drafter.fc(torch.cat([hs[i + 1] for i in layer_ids], dim=-1)[:, :start])
+    embed = target.get_input_embeddings()
+
+    def expand(path_tokens, path_hidden):  # -> (log-probs after the path [draft_vocab], the drafter's last output)
+        tokens = torch.cat([committed[:, 1:], torch.tensor([path_tokens], dtype=torch.long)], dim=1)
+        hidden_in = torch.cat([context_hidden, *path_hidden], dim=1)
+        n = tokens.shape[1]
+        causal = torch.full((n, n), float("-inf")).triu(1)[None, None]
+        out = drafter(embed(tokens), hidden_in, torch.arange(n)[None], None, causal)
+        return torch.log_softmax(drafter.draft_logits(out[0, -1]).float(), dim=-1), out[:, -1:]
+
+    # node: (score, target token, parent node or -1, depth, tokens from the root's child down, outputs along it)
+    logprobs, out = expand([], [])
+    scores, ids = logprobs.topk(top_k)
+    nodes = [(float(s), int(drafter.to_target_ids(i)), -1, 1, [int(drafter.to_target_ids(i))], [out])
+             for s, i in zip(scores, ids)]
+    frontier = list(range(top_k))
+    for _ in range(1, depth):
+        children = []
+        for parent in frontier:
+            score, _, _, level, path, outs = nodes[parent]
+            logprobs, out = expand(path, outs)
+            child_scores, child_ids = logprobs.topk(top_k)
+            for s, i in zip(child_scores, child_ids):
+                token = int(drafter.to_target_ids(i))
+                children.append((score + float(s), token, parent, level + 1, path + [token], outs + [out]))
+        first = len(nodes)
+        nodes += children
+        best = sorted(range(len(children)), key=lambda c: -children[c][0])[:top_k]
+        frontier = [first + c for c in best]
+    chosen = sorted(sorted(range(len(nodes)), key=lambda n: (-nodes[n][0], nodes[n][3], n))[: total - 1])
+    index = {n: i + 1 for i, n in enumerate(chosen)}
+    tokens = [int(committed[0, -1])] + [nodes[n][1] for n in chosen]
+    parents = [-1] + [index[nodes[n][2]] if nodes[n][2] >= 0 else 0 for n in chosen]
+    return tokens, parents
+
+
+def test_device_built_trees_equal_a_from_scratch_tree():
+    """The tree built on the device with fixed-shape tensor ops (candidate table, per-row ancestor views of the
+    drafter's cache, stable sort) equals the EAGLE-2 tree built node by node from scratch, round after round."""
+    from hf_specgen.drafters.eagle3 import Eagle3TreeProposer
+
+    target = make_target("llama")
+    drafter = make_eagle3(target, draft_vocab=128)
+    with torch.no_grad():
+        drafter.lm_head.weight.mul_(30)  # peaked distributions: deep nodes outscore shallow ones and make the tree
+    seen = []
+    original = Eagle3TreeProposer.propose
+
+    def recording(self):
+        tree = original(self)
+        seen.append((self.session.committed().clone(), tree.tokens[0].tolist(), tree.parents[0].tolist()))
+        return tree
+
+    Eagle3TreeProposer.propose = recording
+    try:
+        prompt = random_prompt(random.Random(5), 21)
+        target.generate(prompt, assistant_model=drafter, speculative_mode="eagle3", eagle_top_k=3, eagle_depth=4,
+                        eagle_total_tokens=9, max_new_tokens=16, do_sample=False)
+    finally:
+        Eagle3TreeProposer.propose = original
+    assert len(seen) > 3
+    depths = set()
+    for committed, tokens, parents in seen:
+        assert (tokens, parents) == _reference_tree(target, drafter, committed, 3, 4, 9)
+        depth = [0] * len(parents)
+        for i in range(1, len(parents)):
+            depth[i] = depth[parents[i]] + 1
+        depths.add(max(depth))
+    assert max(depths) == 4  # trees reached the last level: every level's ancestor views were exercised

@@ -28,25 +28,26 @@ def test_tree_forward_equals_sequential_forwards_and_compaction_equals_sequentia
     prompt = random_prompt(rng, 17)
     tree = _tree(rng)
     n = len(tree)
-    committed = torch.cat([prompt, tree.tokens[None, :1]], dim=1)  # the root is the last committed token
+    committed = torch.cat([prompt, tree.tokens[:, :1]], dim=1)  # the root is the last committed token
     start = committed.shape[1] - 1
     session = DecodingSession(committed, None, 64, n, torch.float32)
     cache = static_cache(64, target.config.num_hidden_layers)
     target(input_ids=committed[:, :start], position_ids=session.positions[:, :start],
            attention_mask=session.causal_mask(0, start), past_key_values=cache, use_cache=True)
-    positions = session.positions[:, start: start + 1] + torch.tensor([tree.depths])
-    logits = target(input_ids=tree.tokens[None], position_ids=positions, attention_mask=session.tree_mask(start, tree.ancestors),
+    starts = torch.tensor([start])
+    positions = session.positions[:, start: start + 1] + tree.depths
+    logits = target(input_ids=tree.tokens, position_ids=positions, attention_mask=session.tree_mask(starts, tree.ancestors),
                     past_key_values=cache, use_cache=True).logits[0]
     for node in range(n):
-        seq = torch.cat([committed, torch.tensor([tree.path_tokens(node)], dtype=torch.long)], dim=1)
+        seq = torch.cat([committed, tree.path_tokens(0, node)], dim=1)
         expect = target(seq).logits[0, -1]
         torch.testing.assert_close(logits[node], expect, atol=1e-4, rtol=1e-4)
 
     path = [0, 1, 4]  # an accepted path through non-contiguous slots
-    compact_path(cache, start, path)
+    compact_path(cache, starts, torch.tensor([path]))
     set_cache_length(cache, start + len(path))
     reference = static_cache(64, target.config.num_hidden_layers)
-    seq = torch.cat([committed, tree.tokens[None, [1, 4]]], dim=1)
+    seq = torch.cat([committed, tree.tokens[:, [1, 4]]], dim=1)
     target(input_ids=seq, position_ids=torch.arange(seq.shape[1])[None], past_key_values=reference, use_cache=True)
     for got, ref in zip(cache.layers, reference.layers):
         length = start + len(path)
@@ -57,12 +58,30 @@ def test_tree_forward_equals_sequential_forwards_and_compaction_equals_sequentia
 def test_greedy_acceptance_takes_the_matching_path():
     tokens = torch.tensor([9, 5, 6, 7, 8, 1, 2, 3, 4, 0])
     tree = TreeProposal(tokens, list(PARENTS))
-    choices = torch.full((10,), 99)
-    choices[0], choices[1], choices[4] = 5, 8, 42  # root -> node 1 (token 5) -> node 4 (token 8); bonus 42
-    assert accept_greedy(tree, choices) == [0, 1, 4]
-    choices[0] = 6  # root -> node 2 (token 6) -> node 5 needs token 1 after node 2
-    choices[2] = 1
-    assert accept_greedy(tree, choices) == [0, 2, 5]
+    choices = torch.full((1, 10), 99)
+    choices[0, 0], choices[0, 1], choices[0, 4] = 5, 8, 42  # root -> node 1 (token 5) -> node 4 (token 8); bonus 42
+    path, n_accepted = accept_greedy(tree, choices)
+    assert path[0, : int(n_accepted) + 1].tolist() == [0, 1, 4]
+    choices[0, 0] = 6  # root -> node 2 (token 6) -> node 5 needs token 1 after node 2
+    choices[0, 2] = 1
+    path, n_accepted = accept_greedy(tree, choices)
+    assert path[0, : int(n_accepted) + 1].tolist() == [0, 2, 5]
+    choices[0, 0] = 77  # no child matches: the root alone
+    assert accept_greedy(tree, choices)[1].tolist() == [0]
+
+
+def test_batched_trees_accept_each_row_on_its_own():
+    """Two rows with different trees and choices: each row's path is its own (one call, no host loop)."""
+    tokens = torch.tensor([[9, 5, 6, 7, 8, 1, 2, 3, 4, 0], [9, 6, 5, 7, 8, 1, 2, 3, 4, 0]])
+    other = [-1, 0, 0, 2, 2, 1, 3, 3, 5, 6]
+    tree = TreeProposal(tokens, torch.tensor([PARENTS, other]))
+    assert tree.depths.tolist() == [[0, 1, 1, 2, 2, 2, 3, 3, 3, 4], [0, 1, 1, 2, 2, 2, 3, 3, 3, 4]]
+    choices = torch.full((2, 10), 99)
+    choices[0, 0], choices[0, 1], choices[0, 4] = 5, 8, 42  # row 0: 0 -> 1 -> 4
+    choices[1, 0], choices[1, 2], choices[1, 3], choices[1, 6] = 5, 7, 2, 0  # row 1: 0 -> 2 -> 3 -> 6 -> 9
+    path, n_accepted = accept_greedy(tree, choices)
+    assert n_accepted.tolist() == [2, 4]
+    assert path[0, :3].tolist() == [0, 1, 4] and path[1].tolist() == [0, 2, 3, 6, 9]
 
 
 def test_sampling_acceptance_keeps_the_target_distribution():
@@ -76,20 +95,22 @@ def test_sampling_acceptance_keeps_the_target_distribution():
     counts = torch.zeros(4)
     for _ in range(4000):
         path, nxt = accept_sampling(tree, probs, gen)
-        first = int(tree.tokens[path[1]]) if len(path) > 1 else nxt
+        first = int(tree.tokens[0, path[1]]) if len(path) > 1 else nxt
         counts[first] += 1
     assert chisquare(counts.numpy(), (p * 4000).numpy()).pvalue > 1e-3
 
 
 class ScriptedTreeProposer:
-    """Trees whose one branch follows the target's greedy continuation (known in advance) among decoys: the
-    correct child sits at a random sibling position, and decoys have children too, so accepted paths run through
-    non-contiguous slots and exercise the K/V compaction inside the real decoding loop."""
+    """Trees whose one branch follows each row's greedy continuation (known in advance) among decoys: the correct
+    child sits at a random sibling position, and decoys have children too, so accepted paths run through
+    non-contiguous slots and exercise the K/V compaction inside the real decoding loop. Each batch row gets its own
+    tree shape (its own parents)."""
 
     tapped_layer_ids = None
+    batch_refusal = None
 
     def __init__(self, reference: torch.Tensor, depth: int, width: int, seed: int, corrupt: float = 0.0):
-        self.reference, self.depth, self.width = reference[0].tolist(), depth, width
+        self.reference, self.depth, self.width = reference.tolist(), depth, width
         self.rng, self.corrupt = random.Random(seed), corrupt
         self.block_size = 1 + depth * width
 
@@ -97,43 +118,49 @@ class ScriptedTreeProposer:
         self.session = session
 
     def propose(self) -> TreeProposal:
-        start = self.session.last_slot
-        tokens, parents = [int(self.session.tokens[0, start])], [-1]
-        parent = 0
-        for level in range(1, self.depth + 1):
-            slot = start + level
-            good = self.reference[slot] if slot < len(self.reference) else 3
-            if self.rng.random() < self.corrupt:
-                good = (good + 7) % 250 + 3
-            children = [good] + [(good + 1 + j) % 250 + 3 for j in range(self.width - 1)]
-            self.rng.shuffle(children)
-            first_child = len(tokens)
-            for tok in children:
-                tokens.append(tok)
-                parents.append(parent)
-            parent = first_child + children.index(good)
-        return TreeProposal(torch.tensor(tokens), parents)
+        rows_tokens, rows_parents = [], []
+        for b, reference in enumerate(self.reference):
+            start = self.session.host_lengths[b] - 1
+            tokens, parents = [int(self.session.tokens[b, start])], [-1]
+            parent = 0
+            for level in range(1, self.depth + 1):
+                slot = start + level
+                good = reference[slot] if slot < len(reference) else 3
+                if self.rng.random() < self.corrupt:
+                    good = (good + 7) % 250 + 3
+                children = [good] + [(good + 1 + j) % 250 + 3 for j in range(self.width - 1)]
+                self.rng.shuffle(children)
+                first_child = len(tokens)
+                for tok in children:
+                    tokens.append(tok)
+                    parents.append(parent)
+                parent = first_child + children.index(good)
+            rows_tokens.append(tokens)
+            rows_parents.append(parents)
+        return TreeProposal(torch.tensor(rows_tokens), torch.tensor(rows_parents))
 
     def commit(self, features, n_committed):
         pass
 
 
 @pytest.mark.parametrize("corrupt", [0.0, 0.3])
-def test_tree_rounds_in_the_loop_are_lossless_and_accept_deep_paths(corrupt):
+@pytest.mark.parametrize("lengths", [[13], [13, 4, 22]])
+def test_tree_rounds_in_the_loop_are_lossless_and_accept_deep_paths(corrupt, lengths):
     from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 
     from hf_specgen.engine.loop import SpeculativeDecoder
+    from test_batch import padded_batch
 
     target = make_target("qwen3")
-    prompt = random_prompt(random.Random(2), 13)
-    ref = target.generate(prompt, max_new_tokens=50, do_sample=False)
+    prompt, mask = padded_batch(random.Random(2), lengths)
+    ref = target.generate(prompt, attention_mask=mask, max_new_tokens=50, do_sample=False, eos_token_id=None)
     proposer = ScriptedTreeProposer(ref, depth=4, width=3, seed=1, corrupt=corrupt)
     decoder = SpeculativeDecoder(target, proposer, "test", compile_steps=False)
     config = GenerationConfig(max_length=prompt.shape[1] + 50, do_sample=False, return_dict_in_generate=True)
-    out = decoder.generate(prompt, None, config, LogitsProcessorList(), StoppingCriteriaList())
+    out = decoder.generate(prompt, mask, config, LogitsProcessorList(), StoppingCriteriaList())
     assert out.sequences.tolist() == ref.tolist()
-    lengths = out.speculative_stats.acceptance_lengths
-    if corrupt == 0:
-        assert lengths[:-1] == [5] * (len(lengths) - 1)  # the whole correct branch every round
-    else:
-        assert len(set(lengths)) > 2
+    for row in out.speculative_stats.row_acceptance_lengths:
+        if corrupt == 0:
+            assert row[:-1] == [5] * (len(row) - 1)  # the whole correct branch every round
+        else:
+            assert len(set(row)) > 2

@@ -54,6 +54,7 @@ class Eagle3ChainProposer:
         self.embed = target.get_input_embeddings()
         self.num_draft_tokens = num_draft_tokens
         self.block_size = num_draft_tokens + 1
+        self.context_rows = self.block_size  # rows of features a verify hands back (see _context)
         self.forward_calls = 0
         device = next(drafter.parameters()).device
         self._context_step = StepRunner(self._step, compile_steps, device)
@@ -79,14 +80,14 @@ class Eagle3ChainProposer:
         """Bring each row's cache up to slot start-1 from the pending feature rows; returns (prediction after the
         bonus [B], the drafter's output at slot start-1 [B, 1, H]).
 
-        Rows of feature slot t pair with the committed token at t+1. A fixed W-row block (the last verify, of which
-        the first rows are committed) runs as one step; any other count (the prompt, a catch-up backlog) is all
+        Rows of feature slot t pair with the committed token at t+1. The fixed ``context_rows`` block of the last
+        verify (its first rows committed; a tree's come along the accepted path) runs as one step; any other count (the prompt, a catch-up backlog) is all
         committed: its rows but the last get KV-only prefill, the last runs the full layer.
         """
         session, first, rows = self.session, self.context_start, self.pending.shape[1]
         set_cache_length(self.cache, first)
         token_ids = session.token_block(first + 1, rows)  # [B, rows]
-        if rows == self.block_size:
+        if rows == self.context_rows:
             predicted, hidden = self._context_step(token_ids, self.pending, session.position_block(first, rows),
                                                    session.causal_mask(first, rows))  # [B, W], [B, W, H]
             last = (starts - 1 - first).clamp(min=0)[:, None]  # [B, 1]; a finished row's is never read
@@ -137,10 +138,15 @@ class Eagle3ChainProposer:
 
 
 class Eagle3TreeProposer(Eagle3ChainProposer):
-    """Dynamic draft trees: ``depth`` drafter forwards of ``top_k`` rows, ``total_tokens`` nodes verified."""
+    """Dynamic draft trees: ``depth`` drafter forwards of ``top_k`` rows, ``total_tokens`` nodes verified.
 
-    batch_refusal = ("EAGLE-3 trees (eagle_top_k > 1, the default) draft for one prompt at a time: pass eagle_top_k=1 "
-                     "(a chain) to decode a batch, or call generate once per prompt")
+    Built on the device with fixed shapes per level (no host read, no Python loop over nodes), for every batch row
+    at once. Candidate nodes live in a table of M = top_k + (depth-1) * top_k^2 entries, level by level: level 1 is
+    entries [0, k), level l >= 2 is k + (l-2)k^2 + parent_row * k + j (child j of frontier row parent_row). Tree rows
+    in the drafter's cache: level l's frontier row r sits at slot start + (l-1)k + r.
+    """
+
+    batch_refusal = None
 
     def __init__(self, drafter: Eagle3DraftModel, target, top_k: int, depth: int, total_tokens: int,
                  compile_steps: bool):
@@ -150,66 +156,75 @@ class Eagle3TreeProposer(Eagle3ChainProposer):
                              f"got {total_tokens}")
         self.top_k, self.depth, self.total_tokens = top_k, depth, total_tokens
         self.block_size = total_tokens  # verified nodes per round
+        self.context_rows = depth + 1  # the verify's features come back along the accepted path: depth + 1 rows
         self.cache_margin = top_k * depth  # drafter tree rows live past the verified slots
+        device = next(drafter.parameters()).device
+        self._level = StepRunner(self._level_step, compile_steps, device)
 
-    def _level_step(self, token_ids, features, positions, mask):
-        # token_ids [1, k]; features [1, k, H]; positions [1, k]; mask [1, 1, k, K]
-        hidden = self.drafter(self.embed(token_ids), features, positions, self.cache, mask)  # [1, k, H]
-        logprobs = torch.log_softmax(self.drafter.draft_logits(hidden).float(), dim=-1)  # [1, k, draft_vocab]
-        return logprobs[0], hidden
+    def _level_step(self, token_ids, features, positions, mask, frontier_scores):
+        """One level for every batch row: run the k frontier nodes, score their top-k children, pick the next
+        frontier. token_ids [B, k]; features [B, k, H] (each node's parent output); positions [B, k];
+        mask [B, 1, k, K]; frontier_scores [B, k] cumulative log-probs.
+        Returns child tokens [B, k*k] (target ids), child scores [B, k*k], the chosen children [B, k] (indices into
+        k*k) and the outputs of their parents [B, k, H]."""
+        k = self.top_k
+        hidden = self.drafter(self.embed(token_ids), features, positions, self.cache, mask)  # [B, k, H]
+        logprobs = torch.log_softmax(self.drafter.draft_logits(hidden).float(), dim=-1)  # [B, k, draft_vocab]
+        child_logprobs, child_ids = logprobs.topk(k, dim=-1)  # [B, k, k]
+        totals = (frontier_scores[:, :, None] + child_logprobs).flatten(1)  # [B, k*k]
+        best = totals.topk(k, dim=-1).indices  # [B, k]
+        parent_rows = best // k
+        next_hidden = hidden.gather(1, parent_rows[:, :, None].expand(-1, -1, hidden.shape[-1]))  # [B, k, H]
+        return self.drafter.to_target_ids(child_ids).flatten(1), totals, best, next_hidden
 
     def propose(self) -> TreeProposal:
-        session, start, k = self.session, self.session.last_slot, self.top_k  # batch 1
-        _, hidden = self._context(session.last_slots)  # hidden [1, 1, H]: the drafter's output at slot start-1
-        logprobs = torch.log_softmax(self.drafter.draft_logits(hidden[0, 0]).float(), dim=-1)  # [draft_vocab]
-        # Candidate nodes: (score, token, parent node id or -1 for the root, depth); expanded nodes have a drafter row.
-        scores, draft_ids = logprobs.topk(k)
-        tokens = self.drafter.to_target_ids(draft_ids).tolist()
-        nodes = [(float(sc), tok, -1, 1) for sc, tok in zip(scores.tolist(), tokens)]
-        frontier = list(range(k))  # node ids to expand next
-        frontier_hidden = hidden.expand(1, k, -1)  # [1, k, H]: each node's parent output
-        row_slot: dict[int, int] = {}  # node id -> drafter cache slot of the row that expanded it
-        base_allowed = session.context_allowed(start)  # [1, K] committed context
+        session, k, batch = self.session, self.top_k, self.session.batch_size
+        starts = session.last_slots  # [B]
+        _, hidden = self._context(starts)  # [B, 1, H]: the drafter's output at slot start-1
+        logprobs = torch.log_softmax(self.drafter.draft_logits(hidden[:, 0]).float(), dim=-1)  # [B, draft_vocab]
+        first_scores, first_ids = logprobs.topk(k, dim=-1)  # [B, k]
+        # The candidate table (see the class docstring): score, target token and parent entry (-1 = the root).
+        entries = k + (self.depth - 1) * k * k
+        scores = logprobs.new_empty((batch, entries))
+        tokens = torch.empty((batch, entries), dtype=torch.long, device=session.device)
+        parents = torch.full((batch, entries), -1, dtype=torch.long, device=session.device)
+        scores[:, :k], tokens[:, :k] = first_scores, self.drafter.to_target_ids(first_ids)
+        frontier = torch.arange(k, device=session.device).expand(batch, k)  # [B, k] table entries
+        # contiguous like the later levels' (a compiled step guards on strides: one graph for every level)
+        frontier_scores, frontier_hidden = first_scores, hidden.expand(-1, k, -1).contiguous()  # [B, k], [B, k, H]
+        # Which tree rows of the drafter's cache each frontier row may see: its ancestors' rows and its own.
+        tree_rows = (self.depth - 1) * k
+        sees = torch.zeros((batch, k, tree_rows), dtype=torch.bool, device=session.device)  # [B, k, R]
+        rows = torch.arange(k, device=session.device)
+        root_positions = session.position_block(starts, 1)  # [B, 1]
         for level in range(1, self.depth):
-            slot0 = start + (level - 1) * k
-            allowed = base_allowed.expand(k, -1).clone()  # [k, K]
-            for row, node in enumerate(frontier):
-                row_slot[node] = slot0 + row
-                ancestor = node
-                while ancestor >= 0:  # a frontier node's ancestors were all expanded at earlier levels
-                    allowed[row, row_slot[ancestor]] = True
-                    ancestor = nodes[ancestor][2]
-            ids = torch.tensor([[nodes[n][1] for n in frontier]], device=session.device)
-            positions = session.positions[:, start: start + 1] + (level - 1)  # siblings share a position
-            logprobs, hidden = self._level_step(ids, frontier_hidden, positions.expand(1, k),
-                                                session.mask_from(allowed[None]))
-            child_scores, child_ids = logprobs.topk(k, dim=-1)  # [k, k]
-            totals = child_scores + torch.tensor([nodes[n][0] for n in frontier], device=logprobs.device)[:, None]
-            child_tokens = self.drafter.to_target_ids(child_ids).tolist()
-            best = totals.flatten().topk(k).indices.tolist()
-            first_new = len(nodes)
-            for parent_row in range(k):
-                for j in range(k):
-                    nodes.append((float(totals[parent_row, j]), child_tokens[parent_row][j], frontier[parent_row],
-                                  level + 1))
-            frontier = [first_new + b for b in best]
-            frontier_hidden = hidden[:, [b // k for b in best]].clone()  # [1, k, H]: outputs of the chosen parents
+            sees[:, rows, (level - 1) * k + rows] = True
+            mask = session.mask_from(session.context_and_region(starts, sees))  # [B, 1, k, K]
+            child_tokens, totals, best, frontier_hidden = self._level(
+                tokens.gather(1, frontier), frontier_hidden, (root_positions + level - 1).expand(-1, k), mask,
+                frontier_scores)
+            first = k + (level - 1) * k * k  # this level's children in the table
+            scores[:, first: first + k * k] = totals
+            tokens[:, first: first + k * k] = child_tokens
+            parents[:, first: first + k * k] = frontier.repeat_interleave(k, dim=1)
+            frontier_hidden = frontier_hidden.clone()  # a CUDA-graph replay would overwrite it
+            sees = sees.gather(1, (best // k)[:, :, None].expand(-1, -1, tree_rows))  # inherit the parent's view
+            frontier, frontier_scores = first + best, totals.gather(1, best)
         self.forward_calls += self.depth
-        set_cache_length(self.cache, start)
-        self.context_start = session.last_slots.clone()
-        return self._select(nodes, session)
+        set_cache_length(self.cache, starts)
+        self.context_start = starts.clone()
+        return self._select(scores, tokens, parents, session.token_block(starts, 1))
 
-    def _select(self, nodes, session) -> TreeProposal:
-        """Root + the best total_tokens-1 nodes by score (ties: shallower first), parents before children."""
-        order = sorted(range(len(nodes)), key=lambda n: (-nodes[n][0], nodes[n][3], n))
-        chosen = set()
-        for n in order:
-            if len(chosen) == self.total_tokens - 1:
-                break
-            if nodes[n][2] < 0 or nodes[n][2] in chosen:
-                chosen.add(n)
-        ordered = sorted(chosen, key=lambda n: (nodes[n][3], n))  # by depth: parents come first
-        index = {n: i + 1 for i, n in enumerate(ordered)}
-        tokens = [int(session.tokens[0, session.last_slot])] + [nodes[n][1] for n in ordered]
-        parents = [-1] + [index[nodes[n][2]] if nodes[n][2] >= 0 else 0 for n in ordered]
-        return TreeProposal(torch.tensor(tokens, device=session.device), parents)
+    def _select(self, scores, tokens, parents, roots) -> TreeProposal:
+        """The root + the best total_tokens-1 entries by score (ties: the earlier entry, hence the shallower), in
+        table order, which puts parents before children. A child's score is its parent's plus a log-prob <= 0, so
+        every chosen entry's parent is chosen too. scores / tokens / parents [B, M]; roots [B, 1]."""
+        chosen = scores.sort(dim=1, descending=True, stable=True).indices[:, : self.total_tokens - 1]
+        chosen = chosen.sort(dim=1).values  # [B, N-1] table order
+        node_of_entry = torch.zeros_like(parents)  # entry -> its node index in the proposal (1..N-1)
+        node_of_entry.scatter_(1, chosen, torch.arange(1, self.total_tokens, device=chosen.device).expand_as(chosen))
+        chosen_parents = parents.gather(1, chosen)
+        node_parents = torch.where(chosen_parents < 0, 0, node_of_entry.gather(1, chosen_parents.clamp(min=0)))
+        root_parent = torch.full_like(roots, -1)
+        return TreeProposal(torch.cat([roots, tokens.gather(1, chosen)], dim=1),
+                            torch.cat([root_parent, node_parents], dim=1), max_depth=self.depth)

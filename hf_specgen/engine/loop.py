@@ -3,7 +3,7 @@
     prefill -> repeat [propose -> verify -> accept -> commit / roll back] -> stop
 
 A *proposer* (drafters/, the interface is ``proposer.Proposer``) turns each row's committed sequence into a block of
-W tokens whose first token is the row's last committed one (or, batch 1, a tree); the target verifies every row's
+W tokens whose first token is the row's last committed one (or a tree per row); the target verifies every row's
 block in one forward; ``verify.py`` decides how many drafts each row keeps; caches are rolled back by moving each
 row's write position. Rows that are done stop changing (their verify rows are computed and ignored, so every step
 keeps its shape) and are padded with ``pad_token_id`` in the output, as stock generate does.
@@ -177,27 +177,44 @@ class SpeculativeDecoder:
         return RoundResult(n_accepted, new_tokens, scores, logits, features)
 
     def _verify_tree(self, tree: TreeProposal, session, logits_processor, do_sample: bool) -> RoundResult:
-        """Batch 1: one target forward over every tree node, the longest accepted path, K/V moved to contiguous
-        slots; rows re-ordered along the accepted path, so the caller handles a tree like a block."""
-        start = session.last_slot
-        depths = torch.tensor(tree.depths, device=session.device)[None]  # [1, N]
-        logits, features = self._verify(tree.tokens[None], session.positions[:, start: start + 1] + depths,
-                                        session.tree_mask(start, tree.ancestors))
-        row_tokens = lambda b, i: torch.tensor([tree.path_tokens(i)], dtype=torch.long, device=session.device)  # noqa: E731
-        scores = process_block_logits(logits, session, tree.tokens[None], logits_processor, row_tokens=row_tokens)[0]
+        """One target forward over every row's tree, each row's longest accepted path, its K/V moved to contiguous
+        slots; the verify's rows are re-ordered along the path, so the caller handles a tree like a block of
+        max_depth + 1 rows. Greedy stays on the device; sampling walks each row's tree on the host."""
+        starts = session.last_slots
+        logits, features = self._verify(tree.tokens, session.position_block(starts, 1) + tree.depths,
+                                        session.tree_mask(starts, tree.ancestors))  # [B, N, V], [B, N, F]
+        scores = process_block_logits(logits, session, tree.tokens, logits_processor, row_tokens=tree.path_tokens)
         if do_sample:
-            path, next_token = accept_sampling(tree, torch.softmax(scores, dim=-1))
+            path, n_accepted, new_tokens = self._sample_tree_paths(tree, scores)
         else:
-            choices = scores.argmax(dim=-1)
-            path = accept_greedy(tree, choices)
-            next_token = int(choices[path[-1]])
-        compact_path(self.cache, start, path)
-        rows = torch.tensor(path, device=session.device)
-        new_tokens = torch.cat([tree.tokens[rows[1:]], torch.tensor([next_token], device=session.device)])
-        if features is not None:
-            features = features.index_select(1, rows)  # [1, n+1, n_taps*H] along the accepted path
-        n_accepted = torch.tensor([len(path) - 1], device=session.device)
-        return RoundResult(n_accepted, new_tokens[None], scores[rows][None], logits[0, rows][None], features)
+            choices = scores.argmax(dim=-1)  # [B, N]
+            path, n_accepted = accept_greedy(tree, choices)  # [B, D+1], [B]
+            new_tokens = choices.gather(1, path)  # along the path, the target's choice is the next node's token
+        compact_path(self.cache, starts, path)
+
+        def along_path(x):  # [B, N, ...] -> [B, D+1, ...]
+            return x.gather(1, path.view(*path.shape, *[1] * (x.dim() - 2)).expand(-1, -1, *x.shape[2:]))
+
+        return RoundResult(n_accepted, new_tokens, along_path(scores), along_path(logits),
+                           along_path(features) if features is not None else None)
+
+    @staticmethod
+    def _sample_tree_paths(tree: TreeProposal, scores: torch.Tensor):
+        """Recursive rejection sampling (``tree.accept_sampling``) row by row, on the host: path [B, D+1],
+        n_accepted [B], new_tokens [B, D+1] (the path's drafts, then the sampled next token)."""
+        batch, width = tree.batch_size, tree.max_depth + 1
+        path = torch.zeros((batch, width), dtype=torch.long)
+        new_tokens = torch.zeros((batch, width), dtype=torch.long)
+        n_accepted = torch.zeros(batch, dtype=torch.long)
+        probs = torch.softmax(scores, dim=-1)
+        for b in range(batch):
+            nodes, next_token = accept_sampling(tree, probs[b], row=b)
+            path[b, : len(nodes)] = torch.tensor(nodes)
+            drafts = tree.tokens[b, nodes[1:]].tolist()
+            new_tokens[b, : len(nodes)] = torch.tensor(drafts + [next_token])
+            n_accepted[b] = len(nodes) - 1
+        device = tree.tokens.device
+        return path.to(device), n_accepted.to(device), new_tokens.to(device)
 
     # ------------------------------------------------------------------ the call
     def generate(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None, generation_config,

@@ -3,7 +3,8 @@
     start(session, prompt_features)   once, after the prefill: the committed prompt (+ first token) and the target's
                                       tapped hidden states over the prompt, [B, P, n_taps*H] (None without taps)
     propose()                         each round: [B, W] blocks whose column 0 is each row's last committed token
-                                      (a [W] block is read as batch 1), or a TreeProposal (batch 1)
+                                      (a [W] block is read as batch 1), or a TreeProposal
+                                      (a tree per row)
     commit(verify_features, counts)   after the verify: the target's taps over the verified rows [B, W, n_taps*H]
                                       and how many of them each row committed, [B] on the device (0 for done rows)
 

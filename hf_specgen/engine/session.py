@@ -151,13 +151,21 @@ class DecodingSession:
         columns, slot_ok = self._columns[: self.visible], self.slot_ok[:, : self.visible]
         return self.mask_from((columns[None, None] <= query_slots[:, :, None]) & slot_ok[:, None])  # [B, 1, n, K]
 
-    def tree_mask(self, start: int, ancestors: torch.Tensor) -> torch.Tensor:
-        """Tree verify (batch 1), nodes at slots start..start+N-1: each sees the valid committed slots and its
-        ancestors (ancestors [N, N] bool, self included): [1, 1, N, K]."""
-        n = ancestors.shape[0]
-        allowed = self.context_allowed(start)[:, None].expand(-1, n, -1).clone()  # [1, N, K]
-        allowed[0, :, start: start + n] = ancestors
-        return self.mask_from(allowed)
+    def tree_mask(self, starts: torch.Tensor, ancestors: torch.Tensor) -> torch.Tensor:
+        """Tree verify, row b's nodes at slots starts[b]..starts[b]+N-1: each node sees the valid committed slots and
+        its ancestors (ancestors [B, N, N] bool, self included): [B, 1, N, K]."""
+        return self.mask_from(self.context_and_region(starts, ancestors))
+
+    def context_and_region(self, starts: torch.Tensor, region_allowed: torch.Tensor) -> torch.Tensor:
+        """[B, Q, K] bool: every query sees the valid committed slots < starts[b], and, among the R slots
+        starts[b]..starts[b]+R-1 (a tree's rows), those ``region_allowed`` [B, Q, R] grants it. Fixed shapes: the
+        region is placed per row by a gather, not by slicing at a host offset."""
+        batch, queries, region = region_allowed.shape
+        offset = self._columns[: self.visible][None] - starts[:, None]  # [B, K] slot - start
+        inside = (offset >= 0) & (offset < region)
+        padded = torch.cat([region_allowed, region_allowed.new_zeros((batch, queries, 1))], dim=2)  # [B, Q, R+1]
+        index = torch.where(inside, offset, region)[:, None].expand(-1, queries, -1)  # outside -> the False column
+        return self.context_allowed(starts)[:, None] | padded.gather(2, index)
 
     def block_mask(self, start, width: int | None = None) -> torch.Tensor:
         """Drafter mask, keys = [cache ; block]: cached context slots < start (int or [B]), and the whole block

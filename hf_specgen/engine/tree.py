@@ -1,78 +1,103 @@
-"""Tree verification: the target checks a whole tree of drafts in one forward, then keeps its longest accepted path.
+"""Tree verification: the target checks a whole tree of drafts per row in one forward, then keeps the longest path
+that agrees with its own choices.
 
-A tree proposal is N nodes in topological order: node 0 is the last committed token (the root), ``parents[i] < i``
-for every other node. The target runs all N nodes at slots start..start+N-1 with positions start + depth and a float
-mask letting each node see the committed context and its own ancestors only. Acceptance walks from the root to the
-child whose token equals the target's choice. The K/V of the accepted path are then moved to contiguous slots
-start..start+m (in place: no reallocation) and the cache length is set after them.
+A tree proposal is N nodes per batch row in topological order: node 0 is the row's last committed token (the root),
+``parents[b, i] < i`` for every other node. The target runs all N nodes at slots start_b..start_b+N-1 with positions
+start + depth and a mask letting each node see the committed context and its own ancestors only. Greedy acceptance
+is a handful of fixed-shape tensor ops (no host read): node i is on the accepted path when every node from the root
+down to it carries the token the target chose at its parent. The K/V of the accepted path are then moved to
+contiguous slots start_b..start_b+m (in place: no reallocation) and the cache length is set after them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 
-@dataclass
 class TreeProposal:
-    tokens: torch.Tensor  # [N] node tokens, tokens[0] = last committed token
-    parents: list[int]  # [N] parent index per node, -1 for the root
+    """Draft trees for a batch: ``tokens`` [B, N] (or [N] for one row), ``parents`` [B, N] (or a list) with -1 at the
+    root. ``max_depth`` bounds every node's depth (the builder knows it; given parents on the host it is computed).
 
-    def __post_init__(self):
-        n = len(self.parents)
-        self.depths = [0] * n
-        ancestors = torch.zeros((n, n), dtype=torch.bool)
-        ancestors[0, 0] = True
-        self.children: list[list[int]] = [[] for _ in range(n)]
-        for i in range(1, n):
-            parent = self.parents[i]
-            if not 0 <= parent < i:
-                raise ValueError(f"tree node {i} has parent {parent}: nodes must come after their parents")
-            self.depths[i] = self.depths[parent] + 1
-            ancestors[i] = ancestors[parent]
-            ancestors[i, i] = True
-            self.children[parent].append(i)
-        self.ancestors = ancestors.to(self.tokens.device)  # [N, N]: j is an ancestor of i, or i itself
+    Derived on the device: ``ancestors`` [B, N, N] (j is an ancestor of i, or i itself) and ``depths`` [B, N].
+    """
+
+    def __init__(self, tokens: torch.Tensor, parents, max_depth: int | None = None):
+        if tokens.dim() == 1:
+            tokens = tokens[None]
+        if not isinstance(parents, torch.Tensor):  # given on the host (scripted trees): checked here
+            for i, parent in enumerate(parents[1:], start=1):
+                if not 0 <= parent < i:
+                    raise ValueError(f"tree node {i} has parent {parent}: nodes must come after their parents")
+            parents = torch.tensor(parents, dtype=torch.long, device=tokens.device)
+        if parents.dim() == 1:
+            parents = parents[None].expand(tokens.shape[0], -1)
+        self.tokens, self.parents = tokens, parents  # [B, N], [B, N]
+        batch, n = tokens.shape
+        # ancestors = reflexive-transitive closure of the parent relation: squaring doubles the reach each time.
+        nodes = torch.arange(n, device=tokens.device)
+        reach = (parents[:, :, None] == nodes) | torch.eye(n, dtype=torch.bool, device=tokens.device)  # [B, N, N]
+        for _ in range(max(1, (n - 1).bit_length())):
+            reach = (reach.float() @ reach.float()) > 0
+        self.ancestors = reach
+        self.depths = reach.sum(-1) - 1  # [B, N]
+        self.max_depth = max_depth if max_depth is not None else int(self.depths.max())
+        self._host_parents = None
 
     def __len__(self) -> int:
-        return len(self.parents)
+        return self.tokens.shape[1]
 
-    def path_tokens(self, node: int) -> list[int]:
-        """Tokens from the root's child down to ``node`` (what a processor sees as generated after the root)."""
+    @property
+    def batch_size(self) -> int:
+        return self.tokens.shape[0]
+
+    def path_tokens(self, b: int, node: int) -> torch.Tensor:
+        """[1, d] tokens from the root's child down to ``node`` in row b (what a logits processor sees as generated
+        after the root). Reads the tree to the host: only processors that read the sequence call it."""
+        if self._host_parents is None:
+            self._host_parents = self.parents.tolist()
         path = []
         while node > 0:
             path.append(node)
-            node = self.parents[node]
-        return [int(self.tokens[i]) for i in reversed(path)]
+            node = self._host_parents[b][node]
+        return self.tokens[b: b + 1, list(reversed(path))]
 
 
-def accept_greedy(tree: TreeProposal, choices: torch.Tensor) -> list[int]:
-    """Longest root-to-node path whose every token equals the target's argmax at its parent. choices: [N]."""
-    tokens, picks = tree.tokens.tolist(), choices.tolist()
-    path = [0]
-    while True:
-        node = path[-1]
-        nxt = next((c for c in tree.children[node] if tokens[c] == picks[node]), None)
-        if nxt is None:
-            return path
-        path.append(nxt)
+def accept_greedy(tree: TreeProposal, choices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The longest root-to-node path whose every token equals the target's argmax at its parent, for every row.
+
+    choices: [B, N] the target's choice after each node.
+    Returns path [B, max_depth + 1] (node at each depth of the accepted path; columns past n_accepted hold 0) and
+    n_accepted [B]. Siblings carry distinct tokens, so at most one child of a node matches: the nodes whose whole
+    ancestry matches form a single chain.
+    """
+    parent_choice = choices.gather(1, tree.parents.clamp(min=0))  # [B, N]
+    matches = (tree.tokens == parent_choice) | (tree.parents < 0)  # the root always "matches"
+    on_path = ~(tree.ancestors & ~matches[:, None, :]).any(-1)  # [B, N]
+    n_accepted = torch.where(on_path, tree.depths, 0).max(-1).values  # [B]
+    width = tree.max_depth + 1
+    column = torch.where(on_path, tree.depths, width)  # off-path nodes land in a spare column, dropped below
+    nodes = torch.arange(len(tree), device=choices.device).expand_as(column)
+    path = torch.zeros((tree.batch_size, width + 1), dtype=torch.long, device=choices.device)
+    path.scatter_(1, column, nodes)
+    return path[:, :width], n_accepted
 
 
-def accept_sampling(tree: TreeProposal, probs: torch.Tensor, generator=None) -> tuple[list[int], int]:
-    """Recursive rejection over siblings for deterministic (one-hot) drafts; returns (path, next token).
+def accept_sampling(tree: TreeProposal, probs: torch.Tensor, generator=None, row: int = 0) -> tuple[list[int], int]:
+    """Recursive rejection over siblings for deterministic (one-hot) drafts, in batch row ``row`` of the tree;
+    probs [N, V] its nodes' target distributions. Returns (path, next token), on the host.
 
     At a node with target distribution p: try its children in order; child token x is accepted with probability
     p(x) / (mass left); on rejection p(x) is zeroed. If every child fails, the next token is sampled from what is
     left. Each step therefore emits exactly a sample of p: the output distribution is the target's.
     """
-    tokens = tree.tokens.tolist()
+    tokens, parents = tree.tokens[row].tolist(), tree.parents[row].tolist()
+    children = [[c for c in range(len(parents)) if parents[c] == node] for node in range(len(parents))]
     path = [0]
     while True:
         node = path[-1]
         p = probs[node].clone()
         accepted = None
-        for child in tree.children[node]:
+        for child in children[node]:
             x = tokens[child]
             mass = float(p.sum())
             if mass <= 0:
@@ -86,14 +111,15 @@ def accept_sampling(tree: TreeProposal, probs: torch.Tensor, generator=None) -> 
         path.append(accepted)
 
 
-def compact_path(cache, start: int, path: list[int]) -> None:
-    """Move the K/V of the accepted nodes (slots start + path[k]) to slots start + k, in every layer, in place."""
-    if path == list(range(len(path))):
-        return  # already contiguous
-    device = cache.layers[0].keys.device
-    src = torch.tensor([start + node for node in path], device=device)
-    dst = torch.arange(start, start + len(path), device=device)
+def compact_path(cache, starts: torch.Tensor, path: torch.Tensor) -> None:
+    """Move the K/V of each row's path nodes (slots start_b + path[b, d]) to slots start_b + d, in every layer, in
+    place. starts [B]; path [B, D]. Columns past a row's accepted length move stale rows to slots past its new cache
+    length: harmless, they are masked and overwritten."""
+    src = starts[:, None] + path  # [B, D]
+    dst = starts[:, None] + torch.arange(path.shape[1], device=path.device)  # [B, D]
     for layer in cache.layers:
         if layer.is_initialized:
-            layer.keys.index_copy_(2, dst, layer.keys.index_select(2, src))
-            layer.values.index_copy_(2, dst, layer.values.index_select(2, src))
+            for buffer in (layer.keys, layer.values):  # [B, heads, S, head_dim]
+                shape = (-1, buffer.shape[1], -1, buffer.shape[3])
+                moved = buffer.gather(2, src[:, None, :, None].expand(shape))  # read every source before writing
+                buffer.scatter_(2, dst[:, None, :, None].expand(shape), moved)

@@ -99,6 +99,9 @@ def main(argv=None) -> int:
                             "compiled autoregressive baseline; stock generate and transformers' peers stay eager")
         if name == "bench":
             p.add_argument("--out", type=Path, default=Path("bench_results"))
+            p.add_argument("--batch-sizes", type=int, nargs="+", metavar="B",
+                           help="throughput against batch size instead of the method table (e.g. 1 2 4 8 16): the "
+                                "same prompts at every size, for stock generate and every method that batches")
             p.add_argument("--fly-sweep", action="store_true",
                            help="FLy ablations instead of the method list: W, theta, MLA, exact baselines")
             p.add_argument("--quick", action="store_true",
@@ -126,8 +129,11 @@ def main(argv=None) -> int:
         args.handler(args)
         return 0
     apply_quick(args, argv)
-    from .bench.runner import run_bench, save_report
+    from .bench.runner import run_batch_bench, run_bench, save_report
 
+    if args.command == "bench" and args.batch_sizes:
+        run_batch_bench(args)
+        return 0
     if args.synthetic and args.command == "compare":
         args.num_prompts = max(args.num_prompts, 2)
     report = run_bench(args, show_texts=args.command == "compare")

@@ -152,3 +152,22 @@ def test_real_target_defaults_to_bf16_only_where_the_cpu_has_bf16_units(monkeypa
         args = Namespace(**{**vars(args), "dtype": "auto", "device": "cuda"})
         apply_world_defaults(args)
         assert args.dtype == "bf16"
+
+
+def test_batch_curve_decodes_the_same_prompts_at_every_size(tmp_path, capsys):
+    """`specgen bench --batch-sizes`: every batching method at every size, stock generate as the baseline, the same
+    prompts each time; fp32 greedy, so every lossless method generates exactly as many tokens as stock."""
+    assert main(["bench", "--synthetic", "tiny", "--dtype", "fp32", "--num-prompts", "4", "--max-new-tokens", "10",
+                 "--repeats", "1", "--block-sizes", "4", "--num-draft-tokens", "3", "--eagle-tree", "2", "3", "5",
+                 "--batch-sizes", "1", "2", "4", "--out", str(tmp_path)]) == 0
+    curve = json.loads((tmp_path / "batch_curve.json").read_text())["batch_curve"]
+    assert set(curve) == {"autoregressive", "dflash b4", "classic k3", "eagle3 tree 2/3/5"}
+    for name, points in curve.items():
+        assert set(points) == {"1", "2", "4"}, name
+        for size, point in points.items():
+            assert point["tokens"] == curve["autoregressive"][size]["tokens"] > 0, (name, size)
+            assert point["tokens_per_second"] > 0
+            if name != "autoregressive":
+                assert point["tau"] >= 1.0
+    assert (tmp_path / "batch_curve.png").stat().st_size > 1000
+    assert "| dflash b4 " in capsys.readouterr().out

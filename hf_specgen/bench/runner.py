@@ -584,6 +584,41 @@ def run_bench(args, *, show_texts: bool) -> dict:
     return full
 
 
+def run_batch_bench(args) -> dict:
+    """``--batch-sizes``: throughput of every batching method against batch size (see batch_curve.py); prints the
+    table and writes batch_curve.json / batch_curve.png under ``--out``."""
+    from tqdm.auto import tqdm
+
+    from .batch_curve import batching_methods, curve_table, plot_curve, run_batch_curve
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    models = load_models(args)
+    prompts, _ = encode_prompts(models, args)
+    sizes = sorted(set(args.batch_sizes))
+    # A compiled cache must hold the longest prompt of any batch (left padding makes every row that long).
+    methods = batching_methods(build_methods(models, args, max(p.shape[1] for p in prompts)))
+    with tqdm(total=len(methods) * len(sizes), desc="batch curve", unit="point") as bar:
+        curve = run_batch_curve(models.target, models.tokenizer, prompts, methods, sizes, args.repeats, bar)
+    print(curve_table(curve, sizes))
+    report = {"settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "handler"},
+              "models": models.names, "synthetic": models.synthetic,
+              "batch_curve": {name: {str(size): point for size, point in points.items()}
+                              for name, points in curve.items()}}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "batch_curve.json").write_text(json.dumps(report, indent=2, default=str))
+    written = [args.out / "batch_curve.json"]
+    try:
+        target_name = Path(str(models.names.get("target", ""))).name
+        plot_curve(curve, sizes, args.out / "batch_curve.png",
+                   f"{target_name}, {args.dtype}, {args.max_new_tokens} new tokens, {len(prompts[:max(sizes)])} prompts")
+        written.append(args.out / "batch_curve.png")
+    except ImportError:
+        print("install matplotlib for the chart: pip install 'hf-specgen[bench]'")
+    print(f"\nwrote {', '.join(map(str, written))}")
+    return report
+
+
 def print_side_by_side(results: list[MethodResult], records: list[dict], tokenizer, dtype: str = "fp32") -> None:
     baseline = results[0]
     # Lossless methods are exact in fp32; in bf16 a 16-token verify rounds differently from 1-token steps, so a text

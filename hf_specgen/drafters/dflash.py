@@ -3,9 +3,11 @@
 Round r, with ``start`` = slot of the last committed token and W = block size:
   1. context rows not yet in the drafter cache (the prompt in round 1, else the W rows of the previous
      verify, of which the committed ones are valid) are projected and appended to the drafter cache;
-  2. the block [token at start, mask x (W-1)] at slots start..start+W-1 is denoised in the same forward;
+  2. the block [token at start, mask x (W-1)] (positions of slots start..start+W-1) is denoised in the same forward;
+     its K/V are written into the cache right after the context rows, so attention reads the static cache buffer
+     in place (no per-layer concatenation) with a mask that places the block;
   3. slot k>=1 proposes argmax(lm_head(h_k)) for the token at start+k.
-The drafter cache then keeps exactly the context slots < start; block K/V are never stored.
+The drafter cache length then goes back to start: it keeps exactly the context slots < start.
 """
 
 from __future__ import annotations
@@ -73,12 +75,15 @@ class DFlashProposer:
         self.embed = target.get_input_embeddings()
         self.lm_head = target.get_output_embeddings()
         self.mask_token_id = int(drafter.mask_token_id)
+        # The block's K/V are written right after the pending context rows, up to W slots past the verified ones.
+        self.cache_margin = self.block_size
         self._step = StepRunner(self._draft_step, compile_steps, drafter.device)
         self._caches = CachePool(keep=compile_steps)
 
     def _draft_step(self, block_ids, context_features, positions, mask):
-        # block_ids [B, W]; context_features [B, C, n_taps*H]; positions [B, C+W]; mask [B, 1, W, K+W]
-        hidden = self.drafter(self.embed(block_ids), context_features, positions, self.cache, mask)  # [B, W, H]
+        # block_ids [B, W]; context_features [B, C, n_taps*H]; positions [B, C+W]; mask [B, 1, W, K]
+        hidden = self.drafter(self.embed(block_ids), context_features, positions, self.cache, mask,
+                              cache_block=True)  # [B, W, H]
         return self.lm_head(hidden[:, 1:]).argmax(dim=-1)  # [B, W-1]
 
     def start(self, session, prompt_features: torch.Tensor) -> None:
@@ -101,9 +106,11 @@ class DFlashProposer:
                               dim=1)  # [B, C+W]
         # Round 1 has the prompt (any length) as context: run it eagerly; later rounds have exactly W rows.
         step = self._step if n_ctx == width else self._step.eager
-        set_cache_length(self.cache, self.context_start)  # the pending rows are written from here
-        drafted = step(self.block_ids, self.pending, positions, session.block_mask(starts, width))
-        self.context_start = starts.clone()  # the cache now holds valid context for the slots < start only
+        set_cache_length(self.cache, self.context_start)  # the pending rows, then the block, are written from here
+        mask = session.block_mask(starts, self.context_start + n_ctx, width)
+        drafted = step(self.block_ids, self.pending, positions, mask)
+        set_cache_length(self.cache, starts)  # valid context: the slots < start (block rows and uncommitted context
+        self.context_start = starts.clone()  # rows past it are hidden and overwritten next round)
         self.forward_calls += 1
         return torch.cat([self.block_ids[:, :1], drafted], dim=1)
 

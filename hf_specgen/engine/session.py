@@ -156,21 +156,23 @@ class DecodingSession:
         its ancestors (ancestors [B, N, N] bool, self included): [B, 1, N, K]."""
         return self.mask_from(self.context_and_region(starts, ancestors))
 
-    def context_and_region(self, starts: torch.Tensor, region_allowed: torch.Tensor) -> torch.Tensor:
-        """[B, Q, K] bool: every query sees the valid committed slots < starts[b], and, among the R slots
-        starts[b]..starts[b]+R-1 (a tree's rows), those ``region_allowed`` [B, Q, R] grants it. Fixed shapes: the
-        region is placed per row by a gather, not by slicing at a host offset."""
+    def context_and_region(self, starts: torch.Tensor, region_allowed: torch.Tensor,
+                           region_starts: torch.Tensor | None = None) -> torch.Tensor:
+        """[B, Q, K] bool: every query sees the valid committed slots < starts[b], and, among the R slots of its
+        region (from region_starts[b], default starts[b]: a tree's rows, a DFlash block), those ``region_allowed``
+        [B, Q, R] grants it. Fixed shapes: the region is placed per row by a gather, not by slicing at a host
+        offset."""
         batch, queries, region = region_allowed.shape
-        offset = self._columns[: self.visible][None] - starts[:, None]  # [B, K] slot - start
+        region_starts = starts if region_starts is None else region_starts
+        offset = self._columns[: self.visible][None] - region_starts[:, None]  # [B, K] slot - region start
         inside = (offset >= 0) & (offset < region)
         padded = torch.cat([region_allowed, region_allowed.new_zeros((batch, queries, 1))], dim=2)  # [B, Q, R+1]
         index = torch.where(inside, offset, region)[:, None].expand(-1, queries, -1)  # outside -> the False column
         return self.context_allowed(starts)[:, None] | padded.gather(2, index)
 
-    def block_mask(self, start, width: int | None = None) -> torch.Tensor:
-        """Drafter mask, keys = [cache ; block]: cached context slots < start (int or [B]), and the whole block
-        (bidirectional): [B, 1, W, K + W] (W = ``width``, default the session's)."""
-        width = width or self.width
-        context_ok = self.context_allowed(start)[:, None].expand(-1, width, -1)  # [B, W, K]
-        block_ok = torch.ones((self.batch_size, width, width), dtype=torch.bool, device=self.device)
-        return self.mask_from(torch.cat([context_ok, block_ok], dim=2))
+    def block_mask(self, starts: torch.Tensor, block_slots: torch.Tensor, width: int) -> torch.Tensor:
+        """DFlash drafting with the block written into the drafter's cache at slots block_slots[b].. (W rows):
+        every block query sees the valid committed slots < starts[b] and the whole block (bidirectional):
+        [B, 1, W, K]."""
+        whole_block = torch.ones((self.batch_size, width, width), dtype=torch.bool, device=self.device)
+        return self.mask_from(self.context_and_region(starts, whole_block, block_slots))

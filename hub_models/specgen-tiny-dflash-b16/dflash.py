@@ -128,7 +128,7 @@ class DFlashAttention(nn.Module):
         v = self.v_proj(context).view(batch, ctx_len, self.num_kv_heads, self.head_dim).transpose(1, 2)
         return _apply_rope(k, cos, sin), v
 
-    def forward(self, block, context, cos, sin, past_key_values=None, attention_mask=None):
+    def forward(self, block, context, cos, sin, past_key_values=None, attention_mask=None, cache_block=False):
         batch, q_len, _ = block.shape
         ctx_len = context.shape[1]
         q = self.q_norm(self.q_proj(block).view(batch, q_len, self.num_heads, self.head_dim)).transpose(1, 2)
@@ -138,7 +138,11 @@ class DFlashAttention(nn.Module):
         v = self.v_proj(kv_in).view(batch, ctx_len + q_len, self.num_kv_heads, self.head_dim).transpose(1, 2)
         q = _apply_rope(q, cos[:, ctx_len:], sin[:, ctx_len:])  # block rows sit at the block positions
         k = _apply_rope(k, cos, sin)
-        if past_key_values is not None:
+        if past_key_values is not None and cache_block:
+            # A static cache: context and block K/V are written in place in one update and attention reads the
+            # buffer (no concatenation); the caller's mask places the block, and later rounds overwrite its rows.
+            k, v = past_key_values.update(k, v, self.layer_idx)  # [B, kvh, K, hd]
+        elif past_key_values is not None:
             # Only context rows enter the cache; block K/V are recomputed every round and never kept.
             k_ctx, v_ctx = past_key_values.update(k[:, :, :ctx_len], v[:, :, :ctx_len], self.layer_idx)
             k = torch.cat([k_ctx, k[:, :, ctx_len:]], dim=2)  # [B, kvh, cached + Q, hd]
@@ -164,9 +168,10 @@ class DFlashDecoderLayer(nn.Module):
         self.input_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
-    def forward(self, hidden, context, cos, sin, past_key_values=None, attention_mask=None):
+    def forward(self, hidden, context, cos, sin, past_key_values=None, attention_mask=None, cache_block=False):
         # Context rows skip input_layernorm and the MLP: they only lend keys/values.
-        hidden = hidden + self.self_attn(self.input_layernorm(hidden), context, cos, sin, past_key_values, attention_mask)
+        hidden = hidden + self.self_attn(self.input_layernorm(hidden), context, cos, sin, past_key_values,
+                                         attention_mask, cache_block)
         return hidden + self.mlp(self.post_attention_layernorm(hidden))
 
 
@@ -216,6 +221,7 @@ class DFlashDraftModel(PreTrainedModel):
         position_ids: torch.Tensor | None = None,
         past_key_values=None,
         attention_mask: torch.Tensor | None = None,
+        cache_block: bool = False,
         **kwargs,
     ):
         """Denoise one block per row.
@@ -226,6 +232,9 @@ class DFlashDraftModel(PreTrainedModel):
         past_key_values: a transformers Cache holding earlier context K/V (appended to in place), or None
         attention_mask:  [B, 1, Q, K] bool or additive float over keys [cache ; context? ; block], or a flex
                          attention BlockMask over the same keys; None = see all
+        cache_block:     write the block's K/V into the cache too, right after the context rows, and attend the
+                         cache buffer as returned by its update (a static cache: no per-layer concatenation); the
+                         mask is then over that buffer's slots, and rolling the cache back drops the block rows
         returns:         [B, Q, H]
 
         Called by transformers' ``speculation_type="dflash"`` path instead (keywords ``noise_embeds`` and
@@ -238,7 +247,7 @@ class DFlashDraftModel(PreTrainedModel):
         cos, sin = self.rotary_emb(noise_embedding, position_ids)  # [B, C+Q, hd]
         hidden = noise_embedding
         for layer in self.layers:
-            hidden = layer(hidden, context, cos, sin, past_key_values, attention_mask)
+            hidden = layer(hidden, context, cos, sin, past_key_values, attention_mask, cache_block)
         return self.norm(hidden)
 
     def _forward_for_transformers(self, noise_embeds, context_hidden_states, position_ids, past_key_values,

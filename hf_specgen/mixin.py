@@ -22,6 +22,7 @@ from .drafters.eagle3 import Eagle3ChainProposer, Eagle3TreeProposer
 from .engine.graphs import should_compile
 from .engine.fly import FlyVerifier, reference_window
 from .engine.loop import SpeculativeDecoder
+from .inputs import check_mask_shape, check_prompt
 from .loading import as_dflash_drafter, is_dflash_drafter
 from .drafters.whiflash import WhiFlashProposer
 from .models.eagle3 import Eagle3DraftModel
@@ -167,6 +168,7 @@ def _speculative_generate(model, input_ids, logits_processor, stopping_criteria,
         raise ValueError("Speculative modes allocate their own KV caches: do not pass a filled past_key_values.")
     if model_kwargs.get("inputs_embeds") is not None:
         raise ValueError("Speculative modes need input_ids (the drafter embeds tokens): pass input_ids, not inputs_embeds.")
+    check_prompt(model, input_ids, generation_config)
     return decoder.generate(
         input_ids, model_kwargs.get("attention_mask"), generation_config, logits_processor, stopping_criteria,
         streamer=streamer, max_cache_len=spec.max_cache_len,
@@ -183,6 +185,7 @@ def speculative_generate(model, stock_generate, *args, **kwargs):
         return stock_generate(*args, **kwargs)
     if kwargs.get("custom_generate") is not None:
         raise ValueError("speculative_mode and custom_generate cannot be combined: pass one of them.")
+    check_mask_shape(kwargs.get("input_ids", kwargs.get("inputs", args[0] if args else None)), kwargs.get("attention_mask"))
     assistant_model = kwargs.pop("assistant_model", None)
     streamer = kwargs.pop("streamer", None)
     decoder = _build_decoder(model, assistant_model, spec)

@@ -163,7 +163,8 @@ class HostReads(TorchFunctionMode):
 @pytest.mark.parametrize("mode", ["dflash", "autoregressive", "classic", "eagle3", "eagle3-tree", "fly"])
 def test_one_host_read_per_round(mode):
     """Greedy rounds read the device once (each row's accepted / committed counts and done flag), plus once for the
-    prefill's first tokens and once for the output's padding; nothing inside drafting, verifying or stopping."""
+    prefill's first tokens, once for the output's padding and once for the prompt's id range (hf_specgen/inputs.py);
+    nothing inside drafting, verifying or stopping."""
     target = make_target("qwen3")
     assistant, extra = _assistants(target)[mode]
     ids, mask = padded_batch(random.Random(2), [10, 25, 4])
@@ -172,7 +173,7 @@ def test_one_host_read_per_round(mode):
                               max_new_tokens=30, do_sample=False, return_dict_in_generate=True, **extra)
     rounds = out.speculative_stats.num_rounds
     assert rounds > 5
-    assert sum(counter.reads.values()) <= rounds + 2, counter.reads
+    assert sum(counter.reads.values()) <= rounds + 3, counter.reads
 
 
 def test_modes_that_cannot_batch_say_so_before_decoding():

@@ -97,15 +97,6 @@ def test_beam_search(pair):
         spec(*pair, num_beams=2)
 
 
-def test_a_tree_with_a_batch_names_the_chain(pair):
-    """Batches decode in every block mode (tests/test_batch.py); a mode that drafts per prompt says what batches."""
-    from test_eagle3 import make_eagle3
-
-    with pytest.raises(ValueError, match="batch of 2 prompts.*pass eagle_top_k=1"):
-        pair[0].generate(PROMPT.repeat(2, 1), assistant_model=make_eagle3(pair[0]), speculative_mode="eagle3",
-                         max_new_tokens=3)
-
-
 def test_num_return_sequences(pair):
     with pytest.raises(ValueError, match="num_return_sequences=1"):
         spec(*pair, num_return_sequences=2, do_sample=True)

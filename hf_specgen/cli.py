@@ -124,6 +124,7 @@ def main(argv=None) -> int:
     _add_training_commands(sub, argv)
     _add_world_commands(sub)
     _add_calibrate_command(sub)
+    _add_architectures_command(sub)
     args = parser.parse_args(argv)
     if hasattr(args, "handler"):
         args.handler(args)
@@ -209,6 +210,41 @@ def _add_world_commands(sub) -> None:
                         help="which build: the tiny world (scripts/build_tiny_world.sh) or the real target's drafters "
                              "(scripts/build_smollm2.sh); default: tiny")
     export.set_defaults(handler=_world_export)
+
+
+def _add_architectures_command(sub) -> None:
+    arch = sub.add_parser("architectures", help="run every decoder-only model type of the installed transformers, "
+                                                "built small, in every speculative mode: exact, refused, or broken")
+    arch.add_argument("--types", nargs="+", help="only these model types (default: all)")
+    arch.add_argument("--write-readme", nargs="?", const="README.md", metavar="README",
+                      help="replace the support table between the README's architectures markers with this run's")
+    arch.set_defaults(handler=_architectures)
+
+
+def _architectures(args) -> None:
+    from pathlib import Path
+
+    import transformers
+    from tqdm.auto import tqdm
+
+    from .architectures import decoder_only_types, replace_readme_block, support_table, walk_architectures
+
+    types = args.types or decoder_only_types()
+    with tqdm(total=len(types), desc="architectures", unit="type") as bar:
+        results = walk_architectures(types, progress=lambda name: (bar.set_postfix(type=name), bar.update(1)))
+    table = support_table(results, transformers.__version__)
+    print(table)
+    broken = [r.model_type for r in results if r.status == "BROKEN"]
+    for result in results:
+        for mode, note in result.notes.items():
+            if result.outcomes[mode] in ("WRONG", "CRASH"):
+                print(f"{result.model_type} / {mode}: {result.outcomes[mode]}: {note}")
+    if args.write_readme:
+        path = Path(args.write_readme)
+        path.write_text(replace_readme_block(path.read_text(), table))
+        print(f"wrote the support table into {path}")
+    if broken:
+        raise SystemExit(f"{len(broken)} types decode wrong tokens or fail obscurely: {', '.join(broken)}")
 
 
 def _add_calibrate_command(sub) -> None:

@@ -66,6 +66,7 @@ def check_dflash_fits_target(drafter: DFlashDraftModel, target, block_size: int)
 
 class DFlashProposer:
     batch_refusal = None
+    takes_any_context_rows = True  # its mask hides the uncommitted rows, however many come
 
     def __init__(self, drafter: DFlashDraftModel, target, block_size: int | None, compile_steps: bool):
         self.block_size = block_size or drafter.block_size

@@ -47,7 +47,8 @@ def static_cache(max_cache_len: int, num_layers: int, batch_size: int = 1, devic
     """A cache of ``num_layers`` full-attention static layers with per-row write positions.
 
     Built from our own layers rather than ``StaticCache(config)``: a config with sliding-window layers would get
-    ring buffers, which cannot be rolled back; callers check the window is long enough.
+    ring buffers, which cannot be rolled back; here every layer keeps the whole sequence and the masks apply the
+    windows (``DecodingSession.target_mask``).
     """
     return Cache(layers=[RowStaticLayer(max_cache_len, batch_size, device) for _ in range(num_layers)])
 

@@ -16,6 +16,7 @@ that read the sequence (repetition penalty, ...), trees and routers.
 
 from __future__ import annotations
 
+import inspect
 import threading
 from dataclasses import dataclass
 
@@ -27,6 +28,7 @@ from .cache import CachePool, set_cache_length
 from .graphs import CACHE_BUCKET, StepRunner
 from .session import DecodingSession
 from .stats import RoundClock, SpeculativeStats
+from .support import attention_layout, check_target
 from .taps import decoder_layers, tapped
 from .tree import TreeProposal, accept_greedy, accept_sampling, compact_path
 from .verify import accept_block, process_block_logits, target_choices
@@ -82,23 +84,6 @@ def _required_capacity(prompt_len: int, max_new_tokens: int, width: int, compile
     return max(need, max_cache_len or 0)
 
 
-def check_target(target, capacity: int) -> None:
-    cfg = target.config.get_text_config(decoder=True)
-    if getattr(cfg, "is_encoder_decoder", False):
-        raise ValueError("Speculative modes support decoder-only targets (AutoModelForCausalLM), not encoder-decoder models.")
-    window = getattr(cfg, "sliding_window", None)
-    uses_window = window is not None and (
-        "sliding_attention" in (getattr(cfg, "layer_types", None) or []) or getattr(cfg, "use_sliding_window", True)
-    )
-    if uses_window and window < capacity:
-        raise ValueError(
-            f"The target uses sliding-window attention (window {window}) and this call needs {capacity} cache slots; "
-            "speculative modes need full attention over the sequence. Lower max_new_tokens / the prompt length so "
-            f"prompt + max_new_tokens + block_size <= {window}."
-        )
-    decoder_layers(target)  # raises a clear error when the model has no decoder layer list
-
-
 class StopRule:
     """Stock generate's stopping, judged on the device for every row at once: max_new_tokens, stop tokens (the
     output ends after the stop token), plus the user's own criteria (judged on the host after each token)."""
@@ -151,6 +136,10 @@ class SpeculativeDecoder:
         self.width = proposer.block_size
         self.layer_ids = proposer.tapped_layer_ids
         self._verify = StepRunner(self._verify_step, compile_steps, target.device)
+        # The prefill needs the logits of the last prompt token only (stock generate asks the same of models that
+        # take logits_to_keep): the LM head over every prompt row is a large share of a long prompt's prefill.
+        takes = "logits_to_keep" in inspect.signature(target.forward).parameters
+        self._last_logits_only = {"logits_to_keep": 1} if takes else {}
         self._caches = CachePool(keep=compile_steps)
         # A compiled decoder serves every later call on its target (graphs and caches reused): calls take turns.
         self._lock = threading.Lock()
@@ -167,7 +156,7 @@ class SpeculativeDecoder:
     def _verify_block(self, draft, session, logits_processor, do_sample: bool) -> RoundResult:
         """draft [B, W] -> every row's verdict; W may vary between rounds (a router switching block sizes)."""
         starts, rows = session.last_slots, draft.shape[1]
-        logits, features = self._verify(draft, session.position_block(starts, rows), session.causal_mask(starts, rows))
+        logits, features = self._verify(draft, session.position_block(starts, rows), session.verify_mask(starts, rows))
         scores = process_block_logits(logits, session, draft, logits_processor)  # [B, W, V]
         if self.verifier is not None:
             decision = self.verifier.decide(draft, logits, scores, do_sample)
@@ -182,7 +171,7 @@ class SpeculativeDecoder:
         max_depth + 1 rows. Greedy stays on the device; sampling walks each row's tree on the host."""
         starts = session.last_slots
         logits, features = self._verify(tree.tokens, session.position_block(starts, 1) + tree.depths,
-                                        session.tree_mask(starts, tree.ancestors))  # [B, N, V], [B, N, F]
+                                        session.tree_mask(starts, tree.ancestors, tree.depths))  # [B, N, V], [B, N, F]
         scores = process_block_logits(logits, session, tree.tokens, logits_processor, row_tokens=tree.path_tokens)
         if do_sample:
             path, n_accepted, new_tokens = self._sample_tree_paths(tree, scores)
@@ -231,14 +220,14 @@ class SpeculativeDecoder:
         margin = getattr(self.proposer, "cache_margin", 0)
         capacity = _required_capacity(prompt_len, stop.max_new_tokens, width + margin, self.compile_steps,
                                       max_cache_len)
-        check_target(target, capacity)
+        check_target(target, capacity, reads_hidden_states=bool(self.layer_ids))
         do_sample = bool(generation_config.do_sample)
         want_scores = bool(generation_config.return_dict_in_generate and generation_config.output_scores)
         want_logits = bool(generation_config.return_dict_in_generate and generation_config.output_logits)
         scores_out, logits_out = [], []
 
         dtype = target.get_input_embeddings().weight.dtype
-        session = DecodingSession(input_ids, attention_mask, capacity, width, dtype)
+        session = DecodingSession(input_ids, attention_mask, capacity, width, dtype, attention_layout(target))
         self.cache = self._caches.get(capacity, len(decoder_layers(target)), batch, input_ids.device)
         session.attach(self.cache)
         # Eager steps attend only the slots in use: every slot a round may write is below the longest row's
@@ -286,7 +275,8 @@ class SpeculativeDecoder:
                 t0 = clock.mark()
                 show()
                 out = target(input_ids=input_ids, position_ids=session.positions[:, :prompt_len],
-                             attention_mask=session.prefill_mask(), past_key_values=self.cache, use_cache=True)
+                             attention_mask=session.prefill_mask(), past_key_values=self.cache, use_cache=True,
+                             **self._last_logits_only)
                 last_logits = out.logits[:, -1:]  # [B, 1, V]
                 scores = process_block_logits(last_logits, session, input_ids[:, -1:], logits_processor)
                 first = target_choices(scores, do_sample)  # [B, 1]
@@ -294,6 +284,7 @@ class SpeculativeDecoder:
                 zero = torch.zeros(batch, dtype=torch.long, device=input_ids.device)
                 _, active_rows = commit(RoundResult(zero, first, scores, last_logits, None), zero + 1)
                 observe = getattr(self.proposer, "observe", None)  # routers read the target at the newest token
+                trims_context = getattr(self.proposer, "takes_any_context_rows", False)
                 if active_rows:
                     self.proposer.start(session, prompt_features)
                     if observe is not None:
@@ -316,11 +307,14 @@ class SpeculativeDecoder:
                     # Row b's cache keeps its verified rows up to the last accepted draft; done rows keep theirs.
                     counts = torch.where(active, result.n_accepted + 1, 0)  # [B] tokens each row commits
                     set_cache_length(self.cache, session.last_slots + counts)
+                    numbers, still_active = commit(result, counts)  # the new tokens are in the session from here
                     features = result.features
                     if features is not None and self.compile_steps:
                         features = features.clone()  # a graph replay would overwrite it
+                    elif features is not None and trims_context:
+                        # Eager steps take any number of context rows: hand over only up to the longest commit.
+                        features = features[:, : max(1, max(numbers[2][b] + 1 for b in active_rows))]
                     self.proposer.commit(features, counts)
-                    numbers, still_active = commit(result, counts)
                     if observe is not None:
                         n = numbers[2][0]
                         observe(result.logits[0, n], features[0, n])

@@ -36,4 +36,5 @@ class Proposer(Protocol):
 # Optional members the loop reads when present: ``cache_margin`` (extra cache slots the drafter writes past the
 # verified ones), ``forward_calls`` (drafter forwards, for the statistics), ``round_records()`` (per-round lists
 # copied into the statistics, e.g. WhiFlash's drafter per round), ``observe(logits_row, features_row)`` (routers:
-# the target at the newest committed token, batch 1).
+# the target at the newest committed token, batch 1), ``takes_any_context_rows`` (True: in eager mode ``commit`` may
+# get the verify's features cut after the longest row's committed ones, fewer rows for the drafter to project).

@@ -26,9 +26,12 @@ class DecodingSession:
     attention_mask: [B, P] 1 = real token, 0 = padding (stock generate's convention), or None
     capacity:       cache slots to allocate (>= P + max_new_tokens + W)
     width:          W, tokens per verify
+    target_layout:  the target's windowed attention (``support.attention_layout``): {layer type: (kind, size)} and
+                    whether it takes one mask per layer type; None when every layer attends the whole sequence
     """
 
-    def __init__(self, input_ids, attention_mask, capacity: int, width: int, mask_dtype: torch.dtype):
+    def __init__(self, input_ids, attention_mask, capacity: int, width: int, mask_dtype: torch.dtype,
+                 target_layout: dict | None = None):
         device = input_ids.device
         batch, prompt_len = input_ids.shape
         if attention_mask is None:
@@ -55,6 +58,8 @@ class DecodingSession:
         self.mask_dtype = mask_dtype
         self.visible = capacity  # K: cache slots a step attends (masks have K columns)
         self._caches = []  # caches whose reads follow ``visible`` (see show)
+        self.target_layout = target_layout
+        self.left_padding = prompt_len - valid[:, 0]  # [B] (chunked attention counts chunks from the first token)
 
     # ---------------------------------------------------------------- the attended prefix (eager steps)
     def attach(self, cache) -> None:
@@ -140,21 +145,53 @@ class DecodingSession:
         columns = self._columns[: self.visible]
         return (columns[None] < self._as_slots(start)[:, None]) & self.slot_ok[:, : self.visible]
 
-    def prefill_mask(self) -> torch.Tensor:
-        """Causal mask for the prompt rows against the cache: [B, 1, P, K]."""
-        return self.causal_mask(0, self.prompt_len)
+    def prefill_mask(self):
+        """The target's mask for the prompt rows: causal, and windowed as the target's layers are."""
+        return self.verify_mask(0, self.prompt_len)
 
-    def causal_mask(self, first_slot, n_rows: int) -> torch.Tensor:
-        """Query i of row b (at slot first_slot[b]+i) sees every valid slot <= first_slot[b]+i: [B, 1, n, K].
-        ``first_slot``: an int (every row) or [B]. A verify uses it with the block's rows; a draft step with its own."""
+    def _causal_allowed(self, first_slot, n_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """([B, n, K] bool, query slots [B, n]): query i of row b, at slot first_slot[b]+i, may see every valid slot up
+        to its own."""
         query_slots = self._as_slots(first_slot)[:, None] + torch.arange(n_rows, device=self.device)  # [B, n]
         columns, slot_ok = self._columns[: self.visible], self.slot_ok[:, : self.visible]
-        return self.mask_from((columns[None, None] <= query_slots[:, :, None]) & slot_ok[:, None])  # [B, 1, n, K]
+        return (columns[None, None] <= query_slots[:, :, None]) & slot_ok[:, None], query_slots
 
-    def tree_mask(self, starts: torch.Tensor, ancestors: torch.Tensor) -> torch.Tensor:
+    def causal_mask(self, first_slot, n_rows: int) -> torch.Tensor:
+        """A drafter's causal mask: query i of row b (at slot first_slot[b]+i) sees every valid slot <=
+        first_slot[b]+i: [B, 1, n, K]. ``first_slot``: an int (every row) or [B]."""
+        return self.mask_from(self._causal_allowed(first_slot, n_rows)[0])
+
+    def verify_mask(self, first_slot, n_rows: int):
+        """The target's mask for a block of rows from ``first_slot``: causal, and windowed as its layers are."""
+        return self.target_mask(*self._causal_allowed(first_slot, n_rows))
+
+    def tree_mask(self, starts: torch.Tensor, ancestors: torch.Tensor, depths: torch.Tensor):
         """Tree verify, row b's nodes at slots starts[b]..starts[b]+N-1: each node sees the valid committed slots and
-        its ancestors (ancestors [B, N, N] bool, self included): [B, 1, N, K]."""
-        return self.mask_from(self.context_and_region(starts, ancestors))
+        its ancestors (ancestors [B, N, N] bool, self included); windows count from the node's place in the
+        sequence, starts[b] + depth."""
+        return self.target_mask(self.context_and_region(starts, ancestors), starts[:, None] + depths)
+
+    def target_mask(self, allowed: torch.Tensor, query_index: torch.Tensor):
+        """[B, Q, K] allowed slots -> the target's attention_mask: one [B, 1, Q, K] tensor, or, for a target whose
+        layers differ (full / sliding / chunked), a dict of one per layer type, which transformers' models take in
+        place of building their own. Windows follow transformers' masks: a sliding window of w keeps the keys with
+        query - key < w; a chunk of c keeps the keys in the query's chunk, counted from each row's first token.
+        query_index: [B, Q] each query's slot in the sequence."""
+        if self.target_layout is None:
+            return self.mask_from(allowed)
+        columns = self._columns[: self.visible][None, None]  # [1, 1, K]
+        query = query_index[:, :, None]  # [B, Q, 1]
+        masks = {}
+        for layer_type, (kind, size) in self.target_layout["windows"].items():
+            if kind == "sliding":
+                ok = allowed & (query - columns < size)
+            elif kind == "chunked":
+                pad = self.left_padding[:, None, None]
+                ok = allowed & ((columns - pad).div(size, rounding_mode="floor") == (query - pad) // size)
+            else:
+                ok = allowed
+            masks[layer_type] = self.mask_from(ok)
+        return masks if self.target_layout["per_layer_type"] else next(iter(masks.values()))
 
     def context_and_region(self, starts: torch.Tensor, region_allowed: torch.Tensor,
                            region_starts: torch.Tensor | None = None) -> torch.Tensor:

@@ -13,17 +13,7 @@ import threading
 import torch
 from torch import nn
 
-
-def decoder_layers(model: nn.Module) -> nn.ModuleList:
-    """The decoder layer list of a *ForCausalLM (``model.model.layers`` for Llama/Qwen/Mistral...)."""
-    for candidate in (getattr(model, "get_decoder", lambda: None)(), getattr(model, "base_model", None), model):
-        layers = getattr(candidate, "layers", None)
-        if isinstance(layers, nn.ModuleList):
-            return layers
-    raise ValueError(
-        f"Could not find the decoder layers of {type(model).__name__}: speculative modes that read the target's "
-        "hidden states need a decoder-only model whose base model has a `.layers` ModuleList."
-    )
+from .support import decoder_layers  # noqa: F401 (the taps' layer lookup; imported from here by callers)
 
 
 class HiddenStateTap:

@@ -1,0 +1,239 @@
+"""Every decoder-only causal LM type of the installed transformers, built small, run in every speculative mode.
+
+``walk_architectures()`` builds each type of ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` from its default config shrunk to
+a few layers (random weights, fp32), skips what is not a decoder-only text LM (encoder-decoders, encoders with an LM
+head, multimodal composites), and for each mode compares greedy speculative ``generate`` with stock greedy
+``generate``. Each (type, mode) ends in one of:
+
+  exact     the same tokens as stock generate
+  refused   a ValueError from hf_specgen before decoding, whose message names the type's reason
+  stock     stock generate itself fails on the tiny model (not ours to judge)
+  WRONG     different tokens: a silent error, which the test forbids
+  CRASH     any other exception: an obscure error, which the test forbids
+
+``tests/test_architectures.py`` runs it and checks the README's support table is this walk's result;
+``specgen architectures --write-readme`` regenerates that table.
+"""
+
+from __future__ import annotations
+
+import random
+import traceback
+from dataclasses import dataclass, field
+
+import torch
+
+MODES = ("autoregressive", "dflash", "classic", "eagle3")
+SIZE = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+            num_hidden_layers=2, vocab_size=320, max_position_embeddings=512,
+            # mixtures of experts and latent attention: their defaults make even two layers large
+            num_experts=4, num_local_experts=4, n_routed_experts=4, moe_num_experts=4, num_experts_per_tok=2,
+            moe_intermediate_size=32, shared_expert_intermediate_size=32, n_shared_experts=1, n_group=1,
+            topk_group=1, first_k_dense_replace=1, kv_lora_rank=16, q_lora_rank=32, qk_rope_head_dim=8,
+            qk_nope_head_dim=8, v_head_dim=16, word_embed_proj_dim=64, rotary_dim=8, attention_hidden_size=64,
+            d_inner=128)
+PROMPT_LEN, NEW_TOKENS = 12, 10
+MAX_PARAMETERS = 10_000_000
+
+
+@dataclass
+class ArchitectureResult:
+    model_type: str
+    outcomes: dict[str, str] = field(default_factory=dict)  # mode -> exact / refused / stock / WRONG / CRASH
+    notes: dict[str, str] = field(default_factory=dict)  # mode -> the refusal or error message
+
+    @property
+    def status(self) -> str:
+        values = set(self.outcomes.values())
+        if values == {"exact"}:
+            return "exact in every mode"
+        if values & {"WRONG", "CRASH"}:
+            return "BROKEN"
+        if values == {"stock"}:
+            return "not buildable small"
+        if "exact" in values:
+            return "partly refused"
+        return "refused"
+
+
+def decoder_only_types() -> list[str]:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+
+
+def small_config(model_type: str):
+    """The type's default config with small dimensions, or None when it is not a decoder-only text LM."""
+    from transformers import CONFIG_MAPPING
+
+    config = CONFIG_MAPPING[model_type]()
+    if getattr(config, "is_encoder_decoder", False):
+        return None
+    text = config.get_text_config(decoder=True)
+    if text is not config:  # a composite (vision + text ...): its text model is walked under its own type
+        return None
+    for name, value in SIZE.items():
+        if getattr(config, "qk_rope_head_dim", None) and name in ("head_dim", "num_key_value_heads"):
+            # latent attention: RoPE runs over the qk_rope part of each head, and every head has its own K/V
+            value = SIZE["qk_rope_head_dim"] if name == "head_dim" else SIZE["num_attention_heads"]
+        if hasattr(config, name) or name in getattr(config, "attribute_map", {}):
+            try:
+                setattr(config, name, value)
+            except (AttributeError, ValueError, TypeError):
+                pass
+    layer_types = getattr(config, "layer_types", None)
+    if isinstance(layer_types, list) and len(layer_types) != SIZE["num_hidden_layers"]:
+        # keep one layer of each kind the type has, in its order of appearance
+        kinds = list(dict.fromkeys(layer_types))
+        config.layer_types = (kinds * SIZE["num_hidden_layers"])[: max(len(kinds), SIZE["num_hidden_layers"])]
+        config.num_hidden_layers = len(config.layer_types)
+    config.use_cache = True
+    config.pad_token_id = None
+    config.bos_token_id, config.eos_token_id = 1, None  # no stop token: every call runs NEW_TOKENS
+    return config
+
+
+def _build(model_type: str):
+    from transformers import AutoModelForCausalLM
+
+    config = small_config(model_type)
+    if config is None:
+        return None
+    with torch.device("meta"):  # count first: a type whose size keys are not the usual names stays large
+        parameters = sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
+    if parameters > MAX_PARAMETERS:
+        raise RuntimeError(f"its default config shrinks only to {parameters / 1e6:.0f}M parameters")
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).float().eval()
+    if getattr(model.config, "is_decoder", True) is False and hasattr(model.config, "is_decoder"):
+        return None  # an encoder with an LM head (BERT-style): not a causal decoder
+    output = model.get_output_embeddings()
+    if output is not None and hasattr(output, "weight"):
+        with torch.no_grad():  # peaked distributions, as real models have (random ones are near uniform)
+            output.weight.mul_(8.0)
+    return model
+
+
+def _assistant(mode: str, target):
+    """A random drafter for ``target`` (a random drafter is rarely accepted: exactness is what is tested)."""
+    from transformers import LlamaConfig, Qwen3Config, Qwen3ForCausalLM
+
+    from .models.dflash import DFlashDraftModel
+    from .models.eagle3 import Eagle3DraftModel
+
+    cfg = target.config.get_text_config(decoder=True)
+    vocab = target.get_input_embeddings().num_embeddings
+    hidden = cfg.hidden_size  # drafters read the target's hidden states
+    layers = cfg.num_hidden_layers
+    torch.manual_seed(1)
+    if mode == "classic":  # a draft LM predicts over the target's output vocabulary
+        vocab = getattr(target.get_output_embeddings(), "out_features", vocab)
+        return Qwen3ForCausalLM(Qwen3Config(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                            num_attention_heads=2, num_key_value_heads=1, head_dim=16)).eval()
+    if mode == "dflash":
+        return DFlashDraftModel(Qwen3Config(
+            vocab_size=vocab, hidden_size=hidden, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=hidden // 4, num_target_layers=layers, block_size=4,
+            dflash_config={"mask_token_id": vocab - 1, "target_layer_ids": sorted({0, layers - 1})})).eval()
+    if mode == "eagle3":
+        return Eagle3DraftModel(LlamaConfig(
+            vocab_size=vocab, hidden_size=hidden, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=hidden // 4, draft_vocab_size=vocab, rope_theta=10000.0,
+            target_layer_ids=[0, layers - 1])).eval()
+    return None
+
+
+def walk_one(model_type: str, modes=MODES) -> ArchitectureResult | None:
+    """Run ``modes`` on the type; None when it is not a decoder-only text LM."""
+    from .mixin import enable
+
+    result = ArchitectureResult(model_type)
+    try:
+        target = _build(model_type)
+    except Exception as error:  # noqa: BLE001 (a type transformers cannot build small is reported, not ours)
+        result.outcomes = {mode: "stock" for mode in modes}
+        result.notes = {mode: f"build: {type(error).__name__}: {error}"[:300] for mode in modes}
+        return result
+    if target is None:
+        return None
+    enable(target)
+    vocab = target.get_input_embeddings().num_embeddings
+    rng = random.Random(0)
+    prompt = torch.tensor([[rng.randrange(3, vocab - 2) for _ in range(PROMPT_LEN)]])
+    settings = dict(max_new_tokens=NEW_TOKENS, do_sample=False)
+    try:
+        expected: list | Exception = target.generate(prompt, **settings).tolist()
+    except Exception as error:  # noqa: BLE001 (stock generate itself fails on this tiny model: not ours to judge,
+        expected = error  # unless hf_specgen refuses the type anyway)
+    for mode in modes:
+        try:
+            assistant = _assistant(mode, target)
+            extra = {"eagle_top_k": 3, "eagle_depth": 3, "eagle_total_tokens": 8} if mode == "eagle3" else {}
+            got = target.generate(prompt, assistant_model=assistant, speculative_mode=mode, **settings, **extra).tolist()
+        except ValueError as error:  # refused when hf_specgen raised it (its messages name the fix)
+            ours = any("/hf_specgen/" in frame.filename for frame in traceback.extract_tb(error.__traceback__)[-1:])
+            # A refusal for failing the engine probe says nothing when stock generate fails as well.
+            if ours and not (isinstance(expected, Exception) and "static cache and 4D" in str(error)):
+                result.outcomes[mode], result.notes[mode] = "refused", str(error)[:400]
+                continue
+            got = error
+        except Exception as error:  # noqa: BLE001 (judged below against stock generate)
+            got = error
+        if isinstance(expected, Exception):
+            result.outcomes[mode] = "stock"
+            result.notes[mode] = f"stock generate: {type(expected).__name__}: {expected}"[:300]
+        elif isinstance(got, Exception):
+            result.outcomes[mode] = "CRASH"
+            result.notes[mode] = f"{type(got).__name__}: {got}"[:400]
+        else:
+            result.outcomes[mode] = "exact" if got == expected else "WRONG"
+    return result
+
+
+def walk_architectures(types: list[str] | None = None, progress=None) -> list[ArchitectureResult]:
+    results = []
+    for model_type in types or decoder_only_types():
+        result = walk_one(model_type)
+        if result is not None:
+            results.append(result)
+        if progress is not None:
+            progress(model_type)
+    return results
+
+
+README_START, README_END = "<!-- architectures:start -->", "<!-- architectures:end -->"
+
+
+def _short_reason(message: str) -> str:
+    """The part of a refusal that says why (the text between 'exactly: ' / the type and ', which')."""
+    reason = message.split("exactly: ", 1)[-1].split(", which", 1)[0].split(". Use stock", 1)[0]
+    return reason.split(": ", 1)[-1] if reason == message else reason
+
+
+def support_table(results: list[ArchitectureResult], transformers_version: str) -> str:
+    """Markdown for the README: the types exact in every mode, then each other type with what it does per mode."""
+    exact = [r.model_type for r in results if r.status == "exact in every mode"]
+    lines = [f"Walked by `tests/test_architectures.py` over every decoder-only causal LM type of transformers "
+             f"{transformers_version} ({len(results)} types, small random configs, fp32 greedy, modes "
+             f"{', '.join(MODES)}; regenerate with `specgen architectures --write-readme`).", "",
+             f"**Exact in every mode ({len(exact)}):** " + ", ".join(f"`{t}`" for t in exact) + ".", "",
+             "| model type | " + " | ".join(MODES) + " | why |", "|---|" + "---|" * len(MODES) + "---|"]
+    for result in results:
+        if result.status == "exact in every mode":
+            continue
+        cells = [{"exact": "exact", "refused": "refused", "stock": "-", "WRONG": "**WRONG**",
+                  "CRASH": "**error**"}[result.outcomes[mode]] for mode in MODES]
+        reasons = list(dict.fromkeys(_short_reason(result.notes[m]) for m in MODES if m in result.notes))
+        why = "; ".join(reasons) if result.status != "not buildable small" else \
+            "stock generate cannot build or run it small here"
+        lines.append(f"| `{result.model_type}` | " + " | ".join(cells) + f" | {why.replace('|', '/')} |")
+    return "\n".join(lines)
+
+
+def replace_readme_block(readme: str, table: str) -> str:
+    start, end = readme.index(README_START) + len(README_START), readme.index(README_END)
+    return readme[:start] + "\n" + table + "\n" + readme[end:]
+
+
+def readme_block(readme: str) -> str:
+    return readme[readme.index(README_START) + len(README_START): readme.index(README_END)].strip("\n")

@@ -1,0 +1,213 @@
+"""What the engine needs from a target, found through the model's own structure, and what it refuses up front.
+
+Speculative decoding rolls a rejected draft back by moving each row's cache length: exact only when ALL of the
+model's state about the sequence is per-token K/V in that cache, and attention follows the masks we pass. So:
+
+  * decoder layers: the ``nn.ModuleList`` of the decoder whose length is the config's layer count, wherever the
+    architecture keeps it (``model.layers``, ``transformer.h``, ``transformer.blocks``, ``gpt_neox.layers``,
+    ``model.decoder.layers``, ...): hidden-state taps hook it and the static cache has one layer per entry;
+  * refused before the first forward, with the model type and the reason:
+      - recurrent or state-space layers (Mamba, RWKV, xLSTM, linear attention, short convolutions, hybrids): their
+        state is carried outside a per-token K/V cache and cannot be rolled back by a length;
+      - ALiBi (BLOOM, MPT, ALiBi Falcon): the model derives its position biases from a 2D padding mask, not from the
+        4D per-slot masks the engine passes;
+      - layers whose hidden states are not one [B, T, H] tensor (Gemma 3n's AltUp streams), or input embeddings of
+        another width than the hidden states (OPT-350m's projections), in the modes whose drafters read both;
+      - and, whatever the architecture, a model that does not follow the engine's way of calling it: before its
+        first speculative call each model is probed once (``engine_probe_reason``): six tokens run as one plain
+        forward and as the engine runs them (a static cache larger than needed, three rows, then three more with 4D
+        masks) must give the same logits. Models with an internal causal mask built from the key length (GPT-1,
+        GPT-Neo, CPM-Ant), or without a KV cache, fail it and are refused instead of decoding wrong tokens;
+  * windowed attention: sliding windows (Mistral, Gemma 2/3, gpt-oss, ...) and attention chunks (Llama 4) are built
+    into the masks the engine passes, per layer type, over a full-length cache (rolling back stays a length move,
+    at any length); GPT-Neo's local layers window inside the model, so they run while the call fits the window.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+
+import torch
+from torch import nn
+
+# Layer kinds the engine's cache and masks reproduce; transformers names them in ``config.layer_types``.
+ATTENTION_LAYER_TYPES = {"full_attention", "sliding_attention", "chunked_attention"}
+RECURRENT_LAYER_TYPES = {"linear_attention", "conv", "hybrid", "hybrid_sliding", "mamba", "mamba2", "recurrent", "ssm"}
+# Module class names of layers that carry a recurrent state (checked for types whose config has no layer_types).
+RECURRENT_MODULE_MARKERS = ("Mamba", "Rwkv", "RWKV", "xLSTM", "Xlstm", "Recurrent", "RgLru", "RGLRU",
+                            "GatedDeltaNet", "LinearAttention", "ShortConv", "Ssm", "SSM")
+
+
+def text_config(model):
+    return model.config.get_text_config(decoder=True)
+
+
+def decoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The decoder's layer list: the shallowest ``nn.ModuleList`` under the model whose length is the config's
+    ``num_hidden_layers`` (found by walking the modules breadth-first, so expert lists deeper inside never win)."""
+    count = getattr(text_config(model), "num_hidden_layers", None)
+    frontier = [model]
+    while frontier:
+        for module in frontier:
+            if isinstance(module, nn.ModuleList) and len(module) == count and count:
+                return module
+        frontier = [child for module in frontier for child in module.children()]
+    raise ValueError(
+        f"Could not find the decoder layers of {type(model).__name__} (model type "
+        f"{getattr(model.config, 'model_type', '?')!r}): speculative modes need a decoder-only model whose decoder "
+        f"keeps its {count} layers in an nn.ModuleList."
+    )
+
+
+def _model_type(model) -> str:
+    return getattr(text_config(model), "model_type", None) or getattr(model.config, "model_type", "?")
+
+
+def recurrent_state_reason(model) -> str | None:
+    """Why the model keeps state that a cache length cannot roll back, or None."""
+    cfg = text_config(model)
+    kinds = [kind for kind in (getattr(cfg, "layer_types", None) or []) if kind not in ATTENTION_LAYER_TYPES]
+    recurrent_kinds = sorted({k for k in kinds if k in RECURRENT_LAYER_TYPES})
+    if recurrent_kinds:
+        return f"its layers of kind {', '.join(recurrent_kinds)} carry a recurrent state"
+    names = sorted({type(m).__name__ for m in model.modules()
+                    if any(marker in type(m).__name__ for marker in RECURRENT_MODULE_MARKERS)})
+    if names:
+        return f"its {', '.join(names[:3])} modules carry a recurrent state"
+    return None
+
+
+def layer_state_reason(model) -> str | None:
+    """Attention layers that keep per-layer state beyond K/V (sparse-attention indexers, compressed caches)."""
+    kinds = sorted({kind for kind in (getattr(text_config(model), "layer_types", None) or [])
+                    if kind not in ATTENTION_LAYER_TYPES} - RECURRENT_LAYER_TYPES)
+    if kinds:
+        return f"its {', '.join(kinds)} layers keep a cache of their own (indexer keys, compressed blocks)"
+    return None
+
+
+def alibi_reason(model) -> str | None:
+    cfg = text_config(model)
+    attn_config = getattr(cfg, "attn_config", None)
+    uses_alibi = (getattr(cfg, "alibi", False) is True or _model_type(model) == "bloom"
+                  or getattr(attn_config, "alibi", False) is True)
+    return "it adds ALiBi position biases derived from a 2D padding mask" if uses_alibi else None
+
+
+def attention_layout(model) -> dict | None:
+    """How the target's layers window their attention, for ``DecodingSession.target_mask``: {"windows": {layer type:
+    (kind, size)}, "per_layer_type": bool}, kind "full" / "sliding" / "chunked"; None when every layer attends the
+    whole sequence. A target whose layers differ takes one mask per layer type (transformers' models index their
+    ``attention_mask`` dict by ``config.layer_types``); one whose layers all slide takes one mask."""
+    cfg = text_config(model)
+    layer_types = getattr(cfg, "layer_types", None)
+    sliding, chunk = getattr(cfg, "sliding_window", None), getattr(cfg, "attention_chunk_size", None)
+    if not layer_types:
+        if sliding and getattr(cfg, "use_sliding_window", True) is not False:
+            return {"windows": {"sliding_attention": ("sliding", int(sliding))}, "per_layer_type": False}
+        return None
+    windows = {}
+    for layer_type in dict.fromkeys(layer_types):
+        if layer_type == "sliding_attention" and sliding:
+            windows[layer_type] = ("sliding", int(sliding))
+        elif layer_type == "chunked_attention" and chunk:
+            windows[layer_type] = ("chunked", int(chunk))
+        else:
+            windows[layer_type] = ("full", None)
+    if all(kind == "full" for kind, _ in windows.values()):
+        return None
+    return {"windows": windows, "per_layer_type": len(windows) > 1}
+
+
+def local_attention_window(model) -> int | None:
+    """GPT-Neo style local layers (``attention_layers`` with "local"): the model applies that window itself."""
+    cfg = text_config(model)
+    if "local" in (getattr(cfg, "attention_layers", None) or []) and getattr(cfg, "window_size", None):
+        return int(cfg.window_size)
+    return None
+
+
+def hidden_state_layout_reason(model) -> str | None:
+    """Why the decoder layers' outputs are not one [B, T, H] tensor per layer (what hidden-state taps read)."""
+    if getattr(text_config(model), "altup_num_inputs", None):
+        return "its decoder layers carry several AltUp streams ([n, B, T, H]) instead of one hidden state"
+    return None
+
+
+def embedding_width_reason(model) -> str | None:
+    width = model.get_input_embeddings().embedding_dim
+    hidden = getattr(text_config(model), "hidden_size", width)
+    if width != hidden:
+        return f"its input embeddings are {width}-wide and its hidden states {hidden}-wide"
+    return None
+
+
+_PROBED: "weakref.WeakKeyDictionary[nn.Module, str | None]" = weakref.WeakKeyDictionary()
+_PROBE_LOCK = threading.Lock()
+
+
+@torch.no_grad()
+def engine_probe_reason(model) -> str | None:
+    """Why the model does not compute, under the engine's calling convention, what it computes in a plain forward
+    (None when it does). Run once per model; see the module docstring."""
+    with _PROBE_LOCK:
+        if model in _PROBED:
+            return _PROBED[model]
+    from .cache import static_cache
+    from .session import DecodingSession
+
+    device, dtype = model.device, model.get_input_embeddings().weight.dtype
+    vocab = model.get_input_embeddings().num_embeddings
+    tokens = (torch.arange(6, device=device) * 7 + 3) % vocab
+    try:
+        reference = model(input_ids=tokens[None]).logits[0, 3:].float()  # [3, V]
+        session = DecodingSession(tokens[None], None, 16, 3, dtype, attention_layout(model))
+        cache = static_cache(16, len(decoder_layers(model)), 1, device)
+        model(input_ids=tokens[None, :3], position_ids=session.positions[:, :3], attention_mask=session.verify_mask(0, 3),
+              past_key_values=cache, use_cache=True)
+        ours = model(input_ids=tokens[None, 3:], position_ids=session.positions[:, 3:6],
+                     attention_mask=session.verify_mask(3, 3), past_key_values=cache, use_cache=True).logits[0].float()
+        tolerance = 1e-3 if dtype == torch.float32 else 5e-2
+        error = float((ours - reference).abs().max() / reference.abs().max().clamp(min=1e-6))
+        reason = None if error <= tolerance else (
+            f"its logits under a static cache and 4D attention masks differ from a plain forward's (relative error "
+            f"{error:.2g}): its attention does not follow the masks and cache positions it is given")
+    except Exception as error:  # noqa: BLE001 (any failure here is the reason to refuse)
+        reason = (f"run with a static cache and 4D attention masks it raises {type(error).__name__} "
+                  f"({str(error)[:160].rstrip('.')})")
+    with _PROBE_LOCK:
+        _PROBED[model] = reason
+    return reason
+
+
+def check_target(model, capacity: int, reads_hidden_states: bool) -> None:
+    """Refuse, before any forward, a target the engine cannot decode exactly; see the module docstring."""
+    kind = _model_type(model)
+    if getattr(model.config, "is_encoder_decoder", False):
+        raise ValueError(f"{kind!r} is an encoder-decoder model: speculative modes support decoder-only targets "
+                         "(AutoModelForCausalLM).")
+    for reason in (recurrent_state_reason(model), layer_state_reason(model), alibi_reason(model)):
+        if reason:
+            raise ValueError(
+                f"Speculative modes cannot decode model type {kind!r} exactly: {reason}, which rolling the KV cache "
+                "back after a rejected draft cannot undo. Use stock generate() for this model (no speculative_mode); "
+                "attention-only decoder models (Llama, Qwen, Mistral, Gemma, ...) are supported.")
+    if reads_hidden_states:
+        reason = hidden_state_layout_reason(model) or embedding_width_reason(model)
+        if reason:
+            raise ValueError(f"Model type {kind!r}: {reason}, which DFlash / EAGLE-3 drafters cannot read. Use "
+                             "speculative_mode='classic' with a small draft model, or 'autoregressive'.")
+    window = local_attention_window(model)
+    if window is not None and window < capacity:
+        raise ValueError(
+            f"Model type {kind!r} uses local attention over {window} tokens, applied inside the model, and this call "
+            f"needs {capacity} cache slots: speculative modes need every token of the call inside that window. Lower "
+            f"max_new_tokens / the prompt length so prompt + max_new_tokens + the draft block fit in {window}.")
+    decoder_layers(model)  # raises a clear error when the decoder keeps no layer list
+    reason = engine_probe_reason(model)
+    if reason:
+        raise ValueError(
+            f"Speculative modes cannot decode model type {kind!r} exactly: {reason}. Use stock generate() for this "
+            "model (no speculative_mode); attention-only decoder models (Llama, Qwen, Mistral, Gemma, ...) are "
+            "supported.")

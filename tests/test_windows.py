@@ -1,0 +1,60 @@
+"""Windowed attention past the window: sliding windows and attention chunks are built into the masks the engine
+passes (one per layer type where layers differ), over a full-length cache, so these targets decode exactly at any
+length, in every mode, with batches."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+import hf_specgen
+from hf_specgen.architectures import small_config
+
+from conftest import VOCAB, make_dflash, random_prompt
+from test_batch import padded_batch
+from test_eagle3 import make_eagle3
+
+# (model type, config changes): one uniform sliding window, layers that alternate full / sliding (with attention
+# sinks in gpt-oss), and Llama 4's attention chunks.
+WINDOWED = {
+    "mistral": dict(sliding_window=6),
+    "gemma2": dict(sliding_window=6, layer_types=["sliding_attention", "full_attention"]),
+    "gpt_oss": dict(sliding_window=6, layer_types=["sliding_attention", "full_attention"]),
+    "llama4_text": dict(attention_chunk_size=8, layer_types=["chunked_attention", "full_attention"]),
+}
+
+
+def windowed_target(model_type: str):
+    from transformers import AutoModelForCausalLM
+
+    config = small_config(model_type)
+    for name, value in WINDOWED[model_type].items():
+        setattr(config, name, value * 2 if name == "layer_types" else value)
+    config.num_hidden_layers = 4  # EAGLE-3's default taps need 4 layers
+    config.vocab_size = VOCAB
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).float().eval()
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(8.0)
+    return hf_specgen.enable(model)
+
+
+@pytest.mark.parametrize("model_type", list(WINDOWED))
+def test_windowed_targets_decode_exactly_far_past_their_window(model_type):
+    target = windowed_target(model_type)
+    assistants = {"autoregressive": (None, {}), "dflash": (make_dflash(target, block_size=4, layer_ids=[0, 2]), {}),
+                  "eagle3": (make_eagle3(target), {"eagle_top_k": 3, "eagle_depth": 3, "eagle_total_tokens": 8})}
+    rng = random.Random(0)
+    prompt = random_prompt(rng, 20)  # already past the window
+    ids, mask = padded_batch(rng, [20, 9, 14])
+    for mode, (assistant, extra) in assistants.items():
+        expected = target.generate(prompt, max_new_tokens=30, do_sample=False, eos_token_id=None)
+        got = target.generate(prompt, assistant_model=assistant, speculative_mode=mode, max_new_tokens=30,
+                              do_sample=False, eos_token_id=None, **extra)
+        assert got.tolist() == expected.tolist(), (model_type, mode)
+        expected = target.generate(ids, attention_mask=mask, max_new_tokens=16, do_sample=False, eos_token_id=None)
+        got = target.generate(ids, attention_mask=mask, assistant_model=assistant, speculative_mode=mode,
+                              max_new_tokens=16, do_sample=False, eos_token_id=None, **extra)
+        assert got.tolist() == expected.tolist(), (model_type, mode, "batch")

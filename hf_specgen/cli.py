@@ -86,6 +86,9 @@ def main(argv=None) -> int:
         p.add_argument("--device", default="cpu")
         p.add_argument("--block-sizes", type=int, nargs="+", default=[8, 16] if name == "bench" else [16])
         p.add_argument("--num-draft-tokens", type=int, nargs="+", default=[4, 7], help="K values for classic")
+        p.add_argument("--dflash-tree-nodes", type=int, nargs="+", default=[], metavar="N",
+                       help="also run DDTree-style DFlash trees of these node budgets (largest block size), e.g. "
+                            "16 32 64; the bench then plots tau and speedup against the budget")
         p.add_argument("--max-new-tokens", type=int, default=192 if name == "bench" else 96)
         p.add_argument("--num-prompts", type=int, default=10 if name == "bench" else 1,
                        help="prompts per category (random prompts in total with --synthetic)")

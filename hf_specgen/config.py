@@ -38,6 +38,10 @@ class SpeculativeConfig:
                    None = what the call needs (rounded up to 256 slots when compiled).
     eagle_top_k, eagle_depth, eagle_total_tokens: EAGLE-3 dynamic tree (defaults 10, 8, 60: the WhiFlash paper's);
                    eagle_top_k=1 drafts a chain of num_draft_tokens tokens instead.
+    dflash_tree_nodes: DDTree-style draft trees from one DFlash pass: the N most probable prefixes under the drafter's
+                   per-position distributions (root included), verified in one target forward. 0 = the single block.
+    dflash_tree_top_k: candidate tokens per block position for those trees; None = N - 1 (no cap); 1 = the block's
+                   own chain.
     fly_window:    FLy's deferred window W (default 6; 0 disables the window).
     fly_window_convention: "reference" (W counts the mismatched slot; FLy's code) or "vllm" (W counts only the
                    following matches: vLLM's ``fly_window_size``; vLLM W = reference W - 1).
@@ -57,6 +61,8 @@ class SpeculativeConfig:
     eagle_top_k: int = 10
     eagle_depth: int = 8
     eagle_total_tokens: int = 60
+    dflash_tree_nodes: int = 0
+    dflash_tree_top_k: int | None = None
     fly_window: int = 6
     fly_window_convention: str = "reference"
     fly_entropy_threshold: float = 0.3
@@ -108,6 +114,17 @@ class SpeculativeConfig:
         if self.eagle_top_k > 1 and not 2 <= self.eagle_total_tokens <= 1 + self.eagle_top_k * self.eagle_depth:
             raise ValueError(f"eagle_total_tokens must be in [2, 1 + eagle_top_k * eagle_depth = "
                              f"{1 + self.eagle_top_k * self.eagle_depth}], got {self.eagle_total_tokens}.")
+        nodes, top_k = self.dflash_tree_nodes, self.dflash_tree_top_k
+        if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 0 or nodes == 1:
+            raise ValueError(f"dflash_tree_nodes must be 0 (the single DFlash block) or an int >= 2 (nodes per tree, "
+                             f"the root included), got {nodes!r}.")
+        if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1):
+            raise ValueError(f"dflash_tree_top_k must be an int >= 1 or None, got {top_k!r}.")
+        if (nodes or top_k is not None) and self.mode != "dflash":
+            raise ValueError("dflash_tree_nodes / dflash_tree_top_k apply to speculative_mode='dflash' (FLy and "
+                             "WhiFlash verify the DFlash block, not trees): drop them or use 'dflash'.")
+        if top_k is not None and not nodes:
+            raise ValueError("dflash_tree_top_k sizes DFlash trees: also pass dflash_tree_nodes=N.")
         check_fly_settings(self.fly_window, self.fly_entropy_threshold)
         if self.fly_window_convention not in FLY_WINDOW_CONVENTIONS:
             raise ValueError(f"fly_window_convention must be one of {FLY_WINDOW_CONVENTIONS}, got {self.fly_window_convention!r}.")

@@ -16,7 +16,7 @@ import torch
 
 from .config import SPECULATIVE_MODES, SpeculativeConfig
 from .drafters.autoregressive import NoDraftProposer
-from .drafters.dflash import DFlashProposer
+from .drafters.dflash import DFlashProposer, DFlashTreeProposer
 from .drafters.draft_lm import DraftModelProposer
 from .drafters.eagle3 import Eagle3ChainProposer, Eagle3TreeProposer
 from .engine.graphs import should_compile
@@ -33,7 +33,8 @@ from .models.whiflash import WhiFlash
 _FLAT_KWARGS = {"speculative_mode": "mode", "block_size": "block_size", "num_draft_tokens": "num_draft_tokens",
                 "draft_confidence_threshold": "draft_confidence_threshold",
                 "speculative_compile": "compile", "max_cache_len": "max_cache_len",
-                **{name: name for name in SpeculativeConfig.field_names() if name.startswith(("fly_", "eagle_"))}}
+                **{name: name for name in SpeculativeConfig.field_names()
+                   if name.startswith(("fly_", "eagle_", "dflash_tree_"))}}
 _STOCK_KWARGS = {"max_cache_len"}  # also a stock generate argument: left alone in a non-speculative call
 
 
@@ -89,6 +90,9 @@ def _build_proposer(target, assistant_model, spec: SpeculativeConfig, compile_st
         if spec.num_draft_tokens is not None or spec.fly_ngram:
             raise ValueError("With a DFlash drafter the block is drafted in one forward: set block_size, not "
                              "num_draft_tokens / fly_ngram (those apply to a draft LM).")
+        if spec.dflash_tree_nodes:
+            return DFlashTreeProposer(as_dflash_drafter(assistant_model), target, spec.block_size, compile_steps,
+                                      spec.dflash_tree_nodes, spec.dflash_tree_top_k)
         return DFlashProposer(as_dflash_drafter(assistant_model), target, spec.block_size, compile_steps)
     if spec.block_size is not None:
         raise ValueError("block_size applies to DFlash drafters; with a draft LM or EAGLE-3 set num_draft_tokens "

@@ -61,7 +61,8 @@ def exact_joint(target, prompt, warpers) -> dict[tuple, float]:
 @pytest.mark.parametrize(
     "proposer, sampling",
     [("dflash", dict(temperature=1.0)), ("dflash", dict(temperature=0.7, top_k=4)),
-     ("dflash", dict(temperature=1.2, top_p=0.8)), ("greedy-self", dict(temperature=1.0))],
+     ("dflash", dict(temperature=1.2, top_p=0.8)), ("greedy-self", dict(temperature=1.0)),
+     ("dflash-tree", dict(temperature=1.0))],
 )
 def test_sampled_tokens_follow_target_distribution(proposer, sampling):
     target = make_target("qwen3", vocab_size=VOCAB, pad_token_id=None, bos_token_id=None, eos_token_id=None, seed=4)
@@ -82,20 +83,26 @@ def test_sampled_tokens_follow_target_distribution(proposer, sampling):
     counts = dict.fromkeys(expected, 0)
     accepted_drafts = 0
     oracle = SpeculativeDecoder(target, GreedySelfProposer(target), "test", compile_steps=False)
-    for _ in range(SAMPLES):
-        if proposer == "dflash":
-            out = target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=STEPS,
-                                  do_sample=True, return_dict_in_generate=True, **sampling)
+    # DFlash samples come ROWS at a time: a batch of identical prompts draws each row independently (the batched
+    # acceptance is the code under test; test_batch.py checks rows of different prompts).
+    rows = 25 if proposer.startswith("dflash") else 1
+    for _ in range(SAMPLES // rows):
+        if proposer.startswith("dflash"):  # "dflash-tree": DDTree-style trees of 6 nodes from the same drafter
+            tree = {"dflash_tree_nodes": 6} if proposer == "dflash-tree" else {}
+            out = target.generate(prompt.repeat(rows, 1), assistant_model=drafter, speculative_mode="dflash",
+                                  max_new_tokens=STEPS, do_sample=True, return_dict_in_generate=True, **sampling,
+                                  **tree)
         else:
             out = target.generate(prompt, max_new_tokens=STEPS, do_sample=True, return_dict_in_generate=True,
                                   custom_generate=lambda model, input_ids, logits_processor, stopping_criteria,
                                   generation_config, **kw: oracle.generate(input_ids, None, generation_config,
                                                                            logits_processor, stopping_criteria),
                                   **sampling)
-        key = tuple(out.sequences[0, prompt.shape[1]:].tolist())
-        assert key in counts, f"sampled a sequence the warped target gives probability 0: {key}"
-        counts[key] += 1
-        accepted_drafts += sum(a - 1 for a in out.speculative_stats.acceptance_lengths)
+        for row in out.sequences[:, prompt.shape[1]:].tolist():
+            key = tuple(row)
+            assert key in counts, f"sampled a sequence the warped target gives probability 0: {key}"
+            counts[key] += 1
+        accepted_drafts += sum(a - 1 for row in out.speculative_stats.row_acceptance_lengths for a in row)
     # Drafts really are accepted (the random drafter sometimes, the greedy one often): acceptance is under test.
     assert accepted_drafts > (SAMPLES // 4 if proposer == "greedy-self" else 40)
 

@@ -36,7 +36,7 @@ def test_tree_forward_equals_sequential_forwards_and_compaction_equals_sequentia
            attention_mask=session.causal_mask(0, start), past_key_values=cache, use_cache=True)
     starts = torch.tensor([start])
     positions = session.positions[:, start: start + 1] + tree.depths
-    logits = target(input_ids=tree.tokens, position_ids=positions, attention_mask=session.tree_mask(starts, tree.ancestors),
+    logits = target(input_ids=tree.tokens, position_ids=positions, attention_mask=session.tree_mask(starts, tree.ancestors, tree.depths),
                     past_key_values=cache, use_cache=True).logits[0]
     for node in range(n):
         seq = torch.cat([committed, tree.path_tokens(0, node)], dim=1)

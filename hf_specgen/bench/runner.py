@@ -174,8 +174,12 @@ def compiled_settings(args, longest_prompt: int) -> dict:
     graph per step serves them all, compiled during the warm-up call)."""
     if not getattr(args, "compile", False):
         return {}
-    widest = max([*args.block_sizes, *args.num_draft_tokens, ASSISTED_POLICY["num_draft_tokens"],
-                  args.eagle_tree[2]]) + 16  # rows per verify + margin
+    # rows per verify + the slots a drafter writes past them (a DFlash block, an EAGLE-3 tree's rows, MLA candidates)
+    top_k, depth, total = args.eagle_tree
+    widest = max([2 * b for b in args.block_sizes]
+                 + [k + 17 for k in (*args.num_draft_tokens, ASSISTED_POLICY["num_draft_tokens"])]
+                 + [total + top_k * depth]
+                 + [n + max(args.block_sizes) for n in getattr(args, "dflash_tree_nodes", [])])
     slots = longest_prompt + args.max_new_tokens + widest
     return {"speculative_compile": True, "max_cache_len": -(-slots // CACHE_BUCKET) * CACHE_BUCKET}
 
@@ -207,6 +211,12 @@ def build_methods(models: BenchModels, args, longest_prompt: int = 0) -> list[tu
     if models.dflash is not None and "dflash" in wanted:
         methods += [(f"dflash b{b}", {**base, "assistant_model": models.dflash, "speculative_mode": "dflash",
                                       "block_size": b}) for b in args.block_sizes]
+    if models.dflash is not None and "dflash" in wanted:
+        block = max(args.block_sizes)
+        methods += [(f"dflash b{block} tree {n}", {**base, "assistant_model": models.dflash,
+                                                   "speculative_mode": "dflash", "block_size": block,
+                                                   "dflash_tree_nodes": n})
+                    for n in getattr(args, "dflash_tree_nodes", [])]
     if models.draft_lm is not None and "classic" in wanted:
         methods += [(f"classic k{k}", {**base, "assistant_model": models.draft_lm, "speculative_mode": "classic",
                                        "num_draft_tokens": k}) for k in args.num_draft_tokens]
@@ -683,6 +693,8 @@ def save_report(report: dict, out_dir: Path) -> None:
     written = ["results.json", "speedup.png"]
     if _plot_recovery(report, out_dir / "recovery.png", plt):
         written.append("recovery.png")
+    if _plot_tree_budgets(report, out_dir / "tree_budgets.png", plt):
+        written.append("tree_budgets.png")
     print(f"\nwrote {', '.join(str(out_dir / name) for name in written)}")
 
 
@@ -706,6 +718,37 @@ def _plot_recovery(report: dict, path: Path, plt) -> bool:
     ax.set_xlabel("decode speedup vs autoregressive")
     ax.set_ylabel(measure)
     ax.set_title("exact (blue) vs FLy (red, lossy)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def _plot_tree_budgets(report: dict, path: Path, plt) -> bool:
+    """DDTree-style DFlash trees: tau and decode speedup against the node budget, the block's chain as the line to
+    beat (all prompts)."""
+    import re
+
+    points, chain = [], None
+    for name, method in report["methods"].items():
+        entry = method["by_category"].get("all") or next(iter(method["by_category"].values()))
+        match = re.fullmatch(r"dflash b(\d+) tree (\d+)", name)
+        if match:
+            points.append((int(match.group(2)), entry["pooled_tau"] or 0, entry["speedup"]))
+        elif re.fullmatch(r"dflash b\d+", name):
+            chain = (entry["pooled_tau"] or 0, entry["speedup"])  # the last (largest) block size listed
+    if not points:
+        return False
+    points.sort()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, column, label in ((axes[0], 1, "tau (tokens per verify round)"), (axes[1], 2, "decode speedup vs stock")):
+        ax.plot([p[0] for p in points], [p[column] for p in points], marker="o", label="tree")
+        if chain is not None:
+            ax.axhline(chain[column - 1], color="grey", ls="--", label="block chain")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("tree nodes per round (budget)")
+        ax.set_ylabel(label)
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

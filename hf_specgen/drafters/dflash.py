@@ -16,6 +16,7 @@ import torch
 
 from ..engine.cache import CachePool, set_cache_length
 from ..engine.graphs import StepRunner
+from ..engine.tree import TreeProposal, best_nodes_tree
 from ..models.dflash import DFlashDraftModel
 
 
@@ -69,15 +70,16 @@ class DFlashProposer:
     takes_any_context_rows = True  # its mask hides the uncommitted rows, however many come
 
     def __init__(self, drafter: DFlashDraftModel, target, block_size: int | None, compile_steps: bool):
-        self.block_size = block_size or drafter.block_size
-        check_dflash_fits_target(drafter, target, self.block_size)
+        self.draft_width = block_size or drafter.block_size  # W: rows of the drafted block
+        self.block_size = self.draft_width  # rows of a verify (a tree proposer verifies more)
+        check_dflash_fits_target(drafter, target, self.draft_width)
         self.drafter = drafter
         self.tapped_layer_ids = list(drafter.target_layer_ids)
         self.embed = target.get_input_embeddings()
         self.lm_head = target.get_output_embeddings()
         self.mask_token_id = int(drafter.mask_token_id)
         # The block's K/V are written right after the pending context rows, up to W slots past the verified ones.
-        self.cache_margin = self.block_size
+        self.cache_margin = self.draft_width
         self._step = StepRunner(self._draft_step, compile_steps, drafter.device)
         self._caches = CachePool(keep=compile_steps)
 
@@ -95,24 +97,30 @@ class DFlashProposer:
         self.pending = prompt_features  # [B, P, n_taps*H], cached from slot 0
         self.context_start = torch.zeros_like(session.lengths)  # [B] first slot of the pending context rows
         self.forward_calls = 0
-        self.block_ids = torch.full((session.batch_size, self.block_size), self.mask_token_id, dtype=torch.long,
+        self.block_ids = torch.full((session.batch_size, self.draft_width), self.mask_token_id, dtype=torch.long,
                                     device=session.device)
 
-    def propose(self) -> torch.Tensor:
-        """[B, W] blocks to verify: each row's last committed token, then W-1 drafted tokens."""
-        session, width = self.session, self.block_size
+    def _run_drafter(self, step: StepRunner):
+        """One drafter forward over each row's block [last committed token, mask, ...] after its pending context
+        rows; returns what ``step`` returns."""
+        session, width = self.session, self.draft_width
         starts, n_ctx = session.last_slots, self.pending.shape[1]  # [B]
         self.block_ids[:, :1] = session.token_block(starts, 1)
         positions = torch.cat([session.position_block(self.context_start, n_ctx), session.position_block(starts, width)],
                               dim=1)  # [B, C+W]
         # Round 1 has the prompt (any length) as context: run it eagerly; later rounds have exactly W rows.
-        step = self._step if n_ctx == width else self._step.eager
+        runner = step if n_ctx == width else step.eager
         set_cache_length(self.cache, self.context_start)  # the pending rows, then the block, are written from here
         mask = session.block_mask(starts, self.context_start + n_ctx, width)
-        drafted = step(self.block_ids, self.pending, positions, mask)
+        out = runner(self.block_ids, self.pending, positions, mask)
         set_cache_length(self.cache, starts)  # valid context: the slots < start (block rows and uncommitted context
         self.context_start = starts.clone()  # rows past it are hidden and overwritten next round)
         self.forward_calls += 1
+        return out
+
+    def propose(self) -> torch.Tensor:
+        """[B, W] blocks to verify: each row's last committed token, then W-1 drafted tokens."""
+        drafted = self._run_drafter(self._step)
         return torch.cat([self.block_ids[:, :1], drafted], dim=1)
 
     def prefill_context(self) -> None:
@@ -128,3 +136,51 @@ class DFlashProposer:
     def commit(self, verify_features: torch.Tensor, n_committed: torch.Tensor) -> None:
         # All W rows go in next round (fixed shape); rows past the committed ones are masked and overwritten.
         self.pending = verify_features
+
+
+class DFlashTreeProposer(DFlashProposer):
+    """DDTree-style trees from one DFlash pass (Ringel and Romano): the drafter's block gives a distribution per
+    position; a prefix's score is the sum of its tokens' log-probabilities there (the positions are treated as
+    independent), and the tree is the ``tree_nodes`` most probable prefixes, root included, verified in one target
+    forward. Built on the device level by level with fixed shapes: level d keeps its F = tree_nodes - 1 best prefixes
+    (any prefix among the overall best has its parent among its level's best, so nothing chosen is lost), each
+    expanded by the top_k tokens of position d + 1; ``best_nodes_tree`` then takes the overall best.
+    """
+
+    def __init__(self, drafter: DFlashDraftModel, target, block_size: int | None, compile_steps: bool,
+                 tree_nodes: int, top_k: int | None):
+        super().__init__(drafter, target, block_size, compile_steps)
+        self.depth = self.draft_width - 1  # draft positions of a block
+        self.frontier = tree_nodes - 1
+        self.top_k = min(top_k or self.frontier, self.frontier)
+        reachable = sum(min(self.frontier, self.top_k ** d) for d in range(1, self.depth + 1))
+        if tree_nodes - 1 > reachable:
+            raise ValueError(f"dflash_tree_nodes={tree_nodes} is more than block size {self.draft_width} and "
+                             f"dflash_tree_top_k={self.top_k} can reach ({reachable + 1} nodes): lower it, or raise "
+                             "dflash_tree_top_k.")
+        self.tree_nodes = self.block_size = tree_nodes  # verified rows per round
+        self._top_step = StepRunner(self._draft_top_step, compile_steps, drafter.device)
+
+    def _draft_top_step(self, block_ids, context_features, positions, mask):
+        # block_ids [B, W]; context_features [B, C, n_taps*H]; positions [B, C+W]; mask [B, 1, W, K]
+        hidden = self.drafter(self.embed(block_ids), context_features, positions, self.cache, mask,
+                              cache_block=True)  # [B, W, H]
+        logprobs = torch.log_softmax(self.lm_head(hidden[:, 1:]).float(), dim=-1)  # [B, D, V], D = W - 1
+        return logprobs.topk(self.top_k, dim=-1)  # values, indices: [B, D, K]
+
+    def propose(self) -> TreeProposal:
+        top_logprobs, top_ids = self._run_drafter(self._top_step)  # [B, D, K]
+        batch, frontier, k = top_logprobs.shape[0], self.frontier, self.top_k
+        levels = torch.full((batch, self.depth, frontier), float("-inf"), device=top_logprobs.device)  # scores
+        tokens = torch.zeros((batch, self.depth, frontier), dtype=torch.long, device=top_logprobs.device)
+        parents = torch.full((batch, self.depth, frontier), -1, dtype=torch.long, device=top_logprobs.device)
+        kept = min(k, frontier)  # level 1: the best tokens of position 1 (a missing entry keeps -inf)
+        levels[:, 0, :kept], tokens[:, 0, :kept] = top_logprobs[:, 0, :kept], top_ids[:, 0, :kept]
+        for d in range(1, self.depth):
+            totals = (levels[:, d - 1, :, None] + top_logprobs[:, d, None, :]).flatten(1)  # [B, F*K]
+            best_scores, best = totals.topk(frontier, dim=-1)  # [B, F]
+            levels[:, d], tokens[:, d] = best_scores, top_ids[:, d].gather(1, best % k)
+            parents[:, d] = (d - 1) * frontier + best // k  # the parent's entry in the flattened table
+        roots = self.block_ids[:, :1]
+        return best_nodes_tree(levels.flatten(1), tokens.flatten(1), parents.flatten(1), roots.clone(),
+                               self.tree_nodes, self.depth)

@@ -23,7 +23,7 @@ import torch
 
 from ..engine.cache import CachePool, set_cache_length
 from ..engine.graphs import StepRunner
-from ..engine.tree import TreeProposal
+from ..engine.tree import TreeProposal, best_nodes_tree
 from ..models.eagle3 import Eagle3DraftModel, default_eagle3_layer_ids
 
 
@@ -213,18 +213,5 @@ class Eagle3TreeProposer(Eagle3ChainProposer):
         self.forward_calls += self.depth
         set_cache_length(self.cache, starts)
         self.context_start = starts.clone()
-        return self._select(scores, tokens, parents, session.token_block(starts, 1))
-
-    def _select(self, scores, tokens, parents, roots) -> TreeProposal:
-        """The root + the best total_tokens-1 entries by score (ties: the earlier entry, hence the shallower), in
-        table order, which puts parents before children. A child's score is its parent's plus a log-prob <= 0, so
-        every chosen entry's parent is chosen too. scores / tokens / parents [B, M]; roots [B, 1]."""
-        chosen = scores.sort(dim=1, descending=True, stable=True).indices[:, : self.total_tokens - 1]
-        chosen = chosen.sort(dim=1).values  # [B, N-1] table order
-        node_of_entry = torch.zeros_like(parents)  # entry -> its node index in the proposal (1..N-1)
-        node_of_entry.scatter_(1, chosen, torch.arange(1, self.total_tokens, device=chosen.device).expand_as(chosen))
-        chosen_parents = parents.gather(1, chosen)
-        node_parents = torch.where(chosen_parents < 0, 0, node_of_entry.gather(1, chosen_parents.clamp(min=0)))
-        root_parent = torch.full_like(roots, -1)
-        return TreeProposal(torch.cat([roots, tokens.gather(1, chosen)], dim=1),
-                            torch.cat([root_parent, node_parents], dim=1), max_depth=self.depth)
+        # The root + the best total_tokens-1 candidates (see best_nodes_tree: parents come with their children).
+        return best_nodes_tree(scores, tokens, parents, session.token_block(starts, 1), self.total_tokens, self.depth)

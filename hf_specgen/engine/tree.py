@@ -62,6 +62,22 @@ class TreeProposal:
         return self.tokens[b: b + 1, list(reversed(path))]
 
 
+def best_nodes_tree(scores: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor, roots: torch.Tensor,
+                    total_nodes: int, max_depth: int) -> TreeProposal:
+    """A proposal from a table of candidate nodes laid out level by level (parents before children): the root, then
+    the best total_nodes-1 entries by score, ties going to the earlier (hence shallower) entry, in table order.
+    Scores are cumulative log-probabilities, so a child never outscores its parent and every chosen entry's parent is
+    chosen too. scores / tokens / parents [B, M] (parents: the parent's entry, -1 under the root); roots [B, 1]."""
+    chosen = scores.sort(dim=1, descending=True, stable=True).indices[:, : total_nodes - 1]
+    chosen = chosen.sort(dim=1).values  # [B, N-1] table order
+    node_of_entry = torch.zeros_like(parents)  # entry -> its node index in the proposal (1..N-1)
+    node_of_entry.scatter_(1, chosen, torch.arange(1, total_nodes, device=chosen.device).expand_as(chosen))
+    chosen_parents = parents.gather(1, chosen)
+    node_parents = torch.where(chosen_parents < 0, 0, node_of_entry.gather(1, chosen_parents.clamp(min=0)))
+    return TreeProposal(torch.cat([roots, tokens.gather(1, chosen)], dim=1),
+                        torch.cat([torch.full_like(roots, -1), node_parents], dim=1), max_depth=max_depth)
+
+
 def accept_greedy(tree: TreeProposal, choices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The longest root-to-node path whose every token equals the target's argmax at its parent, for every row.
 

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import hf_specgen  # noqa: E402
 from hf_specgen.bench.models import synthetic_pair  # noqa: E402
 
-BATCHABLE = {"autoregressive", "dflash", "classic", "eagle3-chain", "eagle3-tree", "fly"}
+BATCHABLE = {"autoregressive", "dflash", "dflash-tree", "classic", "eagle3-chain", "eagle3-tree", "fly"}
 
 
 def assistants(drafter, draft_lm, eagle) -> dict[str, tuple]:
@@ -38,6 +38,7 @@ def assistants(drafter, draft_lm, eagle) -> dict[str, tuple]:
     return {
         "autoregressive": (None, {"speculative_mode": "autoregressive"}),
         "dflash": (drafter, {"speculative_mode": "dflash"}),
+        "dflash-tree": (drafter, {"speculative_mode": "dflash", "dflash_tree_nodes": 16}),
         "classic": (draft_lm, {"speculative_mode": "classic", "num_draft_tokens": 4}),
         "eagle3-chain": (eagle, {"speculative_mode": "eagle3", "eagle_top_k": 1, "num_draft_tokens": 4}),
         "eagle3-tree": (eagle, {"speculative_mode": "eagle3"}),

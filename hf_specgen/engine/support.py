@@ -16,8 +16,8 @@ model's state about the sequence is per-token K/V in that cache, and attention f
       - and, whatever the architecture, a model that does not follow the engine's way of calling it: before its
         first speculative call each model is probed once (``engine_probe_reason``): six tokens run as one plain
         forward and as the engine runs them (a static cache larger than needed, three rows, then three more with 4D
-        masks) must give the same logits. Models with an internal causal mask built from the key length (GPT-1,
-        GPT-Neo, CPM-Ant), or without a KV cache, fail it and are refused instead of decoding wrong tokens;
+        masks) must give the same logits. Models with an internal causal mask built from the key length (GPT-1),
+        or a position bias of their own (CPM-Ant), fail it and are refused instead of decoding wrong tokens;
   * windowed attention: sliding windows (Mistral, Gemma 2/3, gpt-oss, ...) and attention chunks (Llama 4) are built
     into the masks the engine passes, per layer type, over a full-length cache (rolling back stays a length move,
     at any length); GPT-Neo's local layers window inside the model, so they run while the call fits the window.
@@ -70,11 +70,13 @@ def recurrent_state_reason(model) -> str | None:
     kinds = [kind for kind in (getattr(cfg, "layer_types", None) or []) if kind not in ATTENTION_LAYER_TYPES]
     recurrent_kinds = sorted({k for k in kinds if k in RECURRENT_LAYER_TYPES})
     if recurrent_kinds:
-        return f"its layers of kind {', '.join(recurrent_kinds)} carry a recurrent state"
+        return (f"its layers of kind {', '.join(recurrent_kinds)} carry a recurrent state, which rolling the KV "
+                "cache back after a rejected draft cannot undo")
     names = sorted({type(m).__name__ for m in model.modules()
                     if any(marker in type(m).__name__ for marker in RECURRENT_MODULE_MARKERS)})
     if names:
-        return f"its {', '.join(names[:3])} modules carry a recurrent state"
+        return (f"its {', '.join(names[:3])} modules carry a recurrent state, which rolling the KV cache back after "
+                "a rejected draft cannot undo")
     return None
 
 
@@ -83,7 +85,8 @@ def layer_state_reason(model) -> str | None:
     kinds = sorted({kind for kind in (getattr(text_config(model), "layer_types", None) or [])
                     if kind not in ATTENTION_LAYER_TYPES} - RECURRENT_LAYER_TYPES)
     if kinds:
-        return f"its {', '.join(kinds)} layers keep a cache of their own (indexer keys, compressed blocks)"
+        return (f"its {', '.join(kinds)} layers keep a cache of their own (indexer keys, compressed blocks), which "
+                "the engine's static caches do not hold")
     return None
 
 
@@ -92,7 +95,8 @@ def alibi_reason(model) -> str | None:
     attn_config = getattr(cfg, "attn_config", None)
     uses_alibi = (getattr(cfg, "alibi", False) is True or _model_type(model) == "bloom"
                   or getattr(attn_config, "alibi", False) is True)
-    return "it adds ALiBi position biases derived from a 2D padding mask" if uses_alibi else None
+    return ("it adds ALiBi position biases derived from a 2D padding mask, which the engine's per-slot 4D masks "
+            "do not carry") if uses_alibi else None
 
 
 def attention_layout(model) -> dict | None:
@@ -160,6 +164,8 @@ def engine_probe_reason(model) -> str | None:
     device, dtype = model.device, model.get_input_embeddings().weight.dtype
     vocab = model.get_input_embeddings().num_embeddings
     tokens = (torch.arange(6, device=device) * 7 + 3) % vocab
+    training = model.training
+    model.eval()  # dropout would make the two runs differ for no fault of the model's
     try:
         reference = model(input_ids=tokens[None]).logits[0, 3:].float()  # [3, V]
         session = DecodingSession(tokens[None], None, 16, 3, dtype, attention_layout(model))
@@ -169,13 +175,15 @@ def engine_probe_reason(model) -> str | None:
         ours = model(input_ids=tokens[None, 3:], position_ids=session.positions[:, 3:6],
                      attention_mask=session.verify_mask(3, 3), past_key_values=cache, use_cache=True).logits[0].float()
         tolerance = 1e-3 if dtype == torch.float32 else 5e-2
-        error = float((ours - reference).abs().max() / reference.abs().max().clamp(min=1e-6))
-        reason = None if error <= tolerance else (
+        relative_error = float((ours - reference).abs().max() / reference.abs().max().clamp(min=1e-6))
+        reason = None if relative_error <= tolerance else (
             f"its logits under a static cache and 4D attention masks differ from a plain forward's (relative error "
-            f"{error:.2g}): its attention does not follow the masks and cache positions it is given")
+            f"{relative_error:.2g}): its attention does not follow the masks and cache positions it is given")
     except Exception as error:  # noqa: BLE001 (any failure here is the reason to refuse)
         reason = (f"run with a static cache and 4D attention masks it raises {type(error).__name__} "
                   f"({str(error)[:160].rstrip('.')})")
+    finally:
+        model.train(training)
     with _PROBE_LOCK:
         _PROBED[model] = reason
     return reason
@@ -190,9 +198,9 @@ def check_target(model, capacity: int, reads_hidden_states: bool) -> None:
     for reason in (recurrent_state_reason(model), layer_state_reason(model), alibi_reason(model)):
         if reason:
             raise ValueError(
-                f"Speculative modes cannot decode model type {kind!r} exactly: {reason}, which rolling the KV cache "
-                "back after a rejected draft cannot undo. Use stock generate() for this model (no speculative_mode); "
-                "attention-only decoder models (Llama, Qwen, Mistral, Gemma, ...) are supported.")
+                f"Speculative modes cannot decode model type {kind!r} exactly: {reason}. Use stock generate() for "
+                "this model (no speculative_mode); attention-only decoder models (Llama, Qwen, Mistral, Gemma, ...) "
+                "are supported.")
     if reads_hidden_states:
         reason = hidden_state_layout_reason(model) or embedding_width_reason(model)
         if reason:

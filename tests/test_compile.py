@@ -72,7 +72,7 @@ def test_compiled_autoregressive_baseline_is_one_graph():
 
 def test_every_compiled_mode_returns_the_stock_tokens():
     """The benchmark compiles every mode of our engine: classic, EAGLE-3 tree and chain, WhiFlash switching drafter
-    every round. Each must still return the stock greedy tokens."""
+    every round, DFlash trees. Each must still return the stock greedy tokens."""
     import hf_specgen
     from test_eagle3 import make_eagle3
     from test_whiflash import Alternate
@@ -85,7 +85,8 @@ def test_every_compiled_mode_returns_the_stock_tokens():
     cases = [dict(assistant_model=small, speculative_mode="classic", num_draft_tokens=4),
              dict(assistant_model=eagle, speculative_mode="eagle3", eagle_top_k=3, eagle_depth=3, eagle_total_tokens=8),
              dict(assistant_model=eagle, speculative_mode="eagle3", eagle_top_k=1, num_draft_tokens=4),
-             dict(assistant_model=bundle, speculative_mode="whiflash", eagle_top_k=1, num_draft_tokens=4)]
+             dict(assistant_model=bundle, speculative_mode="whiflash", eagle_top_k=1, num_draft_tokens=4),
+             dict(assistant_model=dflash, speculative_mode="dflash", dflash_tree_nodes=8)]
     rng = random.Random(2)
     try:
         for kwargs in cases:

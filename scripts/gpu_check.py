@@ -121,7 +121,8 @@ def check_host_reads(target, models, device) -> list[dict]:
                                   max_new_tokens=30, do_sample=False,
                                   return_dict_in_generate=True, **extra)
         reads, rounds = sum(counter.reads.values()), out.speculative_stats.num_rounds
-        rows.append({"check": "host_reads", "mode": name, "reads": reads, "rounds": rounds, "ok": reads <= rounds + 2})
+        # one per round, plus the prefill's, the output's and the prompt check's (as tests/test_batch.py allows)
+        rows.append({"check": "host_reads", "mode": name, "reads": reads, "rounds": rounds, "ok": reads <= rounds + 3})
         print(f"host reads {name:15s} {reads} reads in {rounds} rounds", flush=True)
     return rows
 

@@ -48,7 +48,7 @@ def _assistants(target, family: str = "qwen3"):
 def test_every_batchable_mode_equals_stock_batched_greedy(family):
     target = make_target(family)
     rng = random.Random(11)
-    cases = [([5, 17, 1, 30], 25), ([40, 40, 3], 41), ([12, 2], 7)]
+    cases = [([5, 17, 1, 30], 25), ([40, 40, 3], 41), ([12, 2], 7), ([9, 1, 22, 4, 30, 13, 2, 17], 12)]
     for mode, (assistant, extra) in _assistants(target, family).items():
         for lengths, max_new in cases:
             ids, mask = padded_batch(rng, lengths)

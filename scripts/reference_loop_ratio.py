@@ -57,7 +57,7 @@ def main() -> None:
     stop = list(stop) if isinstance(stop, (list, tuple)) else [stop]
     ours_total = reference_total = 0.0
     same = 0
-    print(f"| prompt | ours (s) | reference loop (s) | ratio | same tokens |\n|---|---|---|---|---|")
+    print("| prompt | ours (s) | reference loop (s) | ratio | same tokens |\n|---|---|---|---|---|")
     for prompt, record in zip(prompts, records):
         ours_s, ours = timed(lambda: target.generate(
             prompt, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=cli.max_new_tokens,

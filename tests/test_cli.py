@@ -36,6 +36,7 @@ def test_bench_runs_every_method_and_writes_json_and_chart(tmp_path):
         if name.startswith(("dflash", "classic")):
             assert set(method["time_split_seconds"]) == {"draft", "verify", "other"}
             assert entry["pooled_tau"] >= 1.0
+            assert method["verify_ms_per_row"] > 0
     assert report["tap_cost"]["verify_ms"] > 0
     assert (tmp_path / "speedup.png").stat().st_size > 1000
     # 2 repeats of 2 x 12 tokens: the run says it is too short to trust

@@ -59,6 +59,7 @@ class MethodResult:
     time_split: dict[str, float] = field(default_factory=dict)  # summed over prompts (last repeat)
     counters: dict[str, int] = field(default_factory=dict)  # FLy rescues, mismatches, draft forwards (last repeat)
     rounds: list[tuple[str, bool, float, float]] = field(default_factory=list)  # WhiFlash: drafter, switched, s, s
+    verified_rows: int = 0  # rows the target verified, summed over prompts (last repeat)
 
     @property
     def switch_cost_share(self) -> float | None:
@@ -114,6 +115,7 @@ def run_method(target, prompts, gen_kwargs: dict, repeats: int, name: str, progr
         stats = getattr(out, "speculative_stats", None)
         if stats is not None:
             result.acceptance.append(list(stats.acceptance_lengths))
+            result.verified_rows += stats.num_rounds * stats.block_size  # rows (tree nodes) through the target
             split["draft"] += stats.draft_time
             split["verify"] += stats.verify_time
             split["other"] += stats.other_time

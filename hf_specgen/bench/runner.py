@@ -371,7 +371,11 @@ def summarize(results: list[MethodResult], records: list[dict], tokenizer, max_n
                 if scored:
                     entry[measure] = statistics.mean(scored)
             per_group[group] = entry
+        verify_seconds = result.time_split.get("verify")
         report[result.name] = {"by_category": per_group, "time_split_seconds": result.time_split,
+                               # what one verified row (block token or tree node) costs: the price of a wider verify
+                               "verify_ms_per_row": (1e3 * verify_seconds / result.verified_rows
+                                                     if verify_seconds and result.verified_rows else None),
                                "distinct_4gram_share": distinct_ngram_share(result.sequences),
                                "switch_cost_share": result.switch_cost_share, **result.counters}
     return report
@@ -573,10 +577,12 @@ def run_bench(args, *, show_texts: bool) -> dict:
         split = method["time_split_seconds"]
         total = sum(split.values()) if split else 0
         if total:
-            split_rows.append([name] + [f"{100 * split[k] / total:.0f}%" for k in ("draft", "verify", "other")])
+            per_row = method.get("verify_ms_per_row")
+            split_rows.append([name] + [f"{100 * split[k] / total:.0f}%" for k in ("draft", "verify", "other")]
+                              + [f"{per_row:.2f}" if per_row else "-"])
     if split_rows:
         print("\ntime per round (our engine):")
-        print(markdown_table(split_rows, ["method", "draft", "verify", "other"]))
+        print(markdown_table(split_rows, ["method", "draft", "verify", "other", "verify ms per row"]))
     print(f"\ndistinct 4-grams in the autoregressive outputs: {report['autoregressive']['distinct_4gram_share']:.2f}")
     lossy = [[name, str(m["initial_mismatches"]), str(m["rescued_tokens"]), str(m["draft_forwards"])]
              for name, m in report.items() if m.get("rescued_tokens") or name.startswith("fly")]

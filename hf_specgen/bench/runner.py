@@ -211,7 +211,6 @@ def build_methods(models: BenchModels, args, longest_prompt: int = 0) -> list[tu
     if models.dflash is not None and "dflash" in wanted:
         methods += [(f"dflash b{b}", {**base, "assistant_model": models.dflash, "speculative_mode": "dflash",
                                       "block_size": b}) for b in args.block_sizes]
-    if models.dflash is not None and "dflash" in wanted:
         block = max(args.block_sizes)
         methods += [(f"dflash b{block} tree {n}", {**base, "assistant_model": models.dflash,
                                                    "speculative_mode": "dflash", "block_size": block,

@@ -72,8 +72,9 @@ def recurrent_state_reason(model) -> str | None:
     if recurrent_kinds:
         return (f"its layers of kind {', '.join(recurrent_kinds)} carry a recurrent state, which rolling the KV "
                 "cache back after a rejected draft cannot undo")
-    names = sorted({type(m).__name__ for m in model.modules()
-                    if any(marker in type(m).__name__ for marker in RECURRENT_MODULE_MARKERS)})
+    names = _remembered(_RECURRENT_MODULES, model, lambda: sorted(
+        {type(m).__name__ for m in model.modules() if any(marker in type(m).__name__
+                                                          for marker in RECURRENT_MODULE_MARKERS)}))
     if names:
         return (f"its {', '.join(names[:3])} modules carry a recurrent state, which rolling the KV cache back after "
                 "a rejected draft cannot undo")
@@ -147,17 +148,31 @@ def embedding_width_reason(model) -> str | None:
     return None
 
 
+# What is found once per model and asked again on every call: kept beside the model (weakly), not on it.
 _PROBED: "weakref.WeakKeyDictionary[nn.Module, str | None]" = weakref.WeakKeyDictionary()
-_PROBE_LOCK = threading.Lock()
+_RECURRENT_MODULES: "weakref.WeakKeyDictionary[nn.Module, list[str]]" = weakref.WeakKeyDictionary()
+_REMEMBERED_LOCK = threading.Lock()
 
 
-@torch.no_grad()
+def _remembered(store, model, compute):
+    """``store[model]``, computed by ``compute()`` the first time (a walk over every module, a probe forward)."""
+    with _REMEMBERED_LOCK:
+        if model in store:
+            return store[model]
+    value = compute()
+    with _REMEMBERED_LOCK:
+        store[model] = value
+    return value
+
+
 def engine_probe_reason(model) -> str | None:
     """Why the model does not compute, under the engine's calling convention, what it computes in a plain forward
     (None when it does). Run once per model; see the module docstring."""
-    with _PROBE_LOCK:
-        if model in _PROBED:
-            return _PROBED[model]
+    return _remembered(_PROBED, model, lambda: _probe(model))
+
+
+@torch.no_grad()
+def _probe(model) -> str | None:
     from .cache import static_cache
     from .session import DecodingSession
 
@@ -184,8 +199,6 @@ def engine_probe_reason(model) -> str | None:
                   f"({str(error)[:160].rstrip('.')})")
     finally:
         model.train(training)
-    with _PROBE_LOCK:
-        _PROBED[model] = reason
     return reason
 
 

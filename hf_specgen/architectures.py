@@ -210,10 +210,12 @@ def _short_reason(message: str) -> str:
     return reason.split(": ", 1)[-1] if reason == message else reason
 
 
-def support_table(results: list[ArchitectureResult], transformers_version: str) -> str:
-    """Markdown for the README: the types exact in every mode, then each other type with what it does per mode."""
+def support_table(results: list[ArchitectureResult], transformers_version: str, every_type: bool = True) -> str:
+    """Markdown for the README: the types exact in every mode, then each other type with what it does per mode.
+    ``every_type`` False: the walk covered only some types (``specgen architectures --types``)."""
     exact = [r.model_type for r in results if r.status == "exact in every mode"]
-    lines = [f"Walked by `tests/test_architectures.py` over every decoder-only causal LM type of transformers "
+    walked = "every decoder-only causal LM type" if every_type else "the chosen decoder-only causal LM types"
+    lines = [f"Walked by `tests/test_architectures.py` over {walked} of transformers "
              f"{transformers_version} ({len(results)} types, small random configs, fp32 greedy, modes "
              f"{', '.join(MODES)}; regenerate with `specgen architectures --write-readme`).", "",
              f"**Exact in every mode ({len(exact)}):** " + ", ".join(f"`{t}`" for t in exact) + ".", "",

@@ -232,10 +232,12 @@ def _architectures(args) -> None:
 
     from .architectures import decoder_only_types, replace_readme_block, support_table, walk_architectures
 
+    if args.types and args.write_readme:
+        raise SystemExit("--write-readme writes the walk of every type into the README: drop --types.")
     types = args.types or decoder_only_types()
     with tqdm(total=len(types), desc="architectures", unit="type") as bar:
         results = walk_architectures(types, progress=lambda name: (bar.set_postfix(type=name), bar.update(1)))
-    table = support_table(results, transformers.__version__)
+    table = support_table(results, transformers.__version__, every_type=not args.types)
     print(table)
     broken = [r.model_type for r in results if r.status == "BROKEN"]
     for result in results:

@@ -111,3 +111,16 @@ def test_gemma3n_decodes_exactly_where_it_can_and_says_why_elsewhere():
     for mode in ("dflash", "eagle3"):
         with pytest.raises(ValueError, match="gemma3n_text.*AltUp streams"):
             target.generate(prompt, assistant_model=_assistant(mode, target), speculative_mode=mode, max_new_tokens=4)
+
+
+def test_the_cli_walks_chosen_types_and_keeps_partial_walks_out_of_the_readme(capsys):
+    import pytest
+
+    from hf_specgen.cli import main
+
+    assert main(["architectures", "--types", "llama", "mamba"]) == 0
+    out = capsys.readouterr().out
+    assert "over the chosen decoder-only causal LM types" in out and "**Exact in every mode (1):** `llama`" in out
+    assert "| `mamba` | refused |" in out
+    with pytest.raises(SystemExit, match="drop --types"):
+        main(["architectures", "--types", "llama", "--write-readme"])

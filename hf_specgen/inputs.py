@@ -10,17 +10,15 @@ forward. A prompt beyond the model's positions is legal in stock generate (it on
 from __future__ import annotations
 
 import torch
-from transformers.generation.stopping_criteria import MaxLengthCriteria
 
 
 def check_prompt(model, input_ids: torch.Tensor, generation_config) -> None:
-    """Raise a ``TypeError`` / ``ValueError`` naming the fix for a prompt the model cannot read; warn as stock
-    generate does when the prompt already fills the model's positions. (The mask's shape is checked earlier, by
-    ``check_mask_shape``.)"""
+    """Raise a ``TypeError`` / ``ValueError`` naming the fix for a prompt the model cannot read. (The mask's shape
+    is checked earlier, by ``check_mask_shape``; passing the model's positions warns as stock does, from the
+    engine's ``StopRule``.)"""
     _check_integer_ids(input_ids)
     _check_not_empty(input_ids)
     _check_in_vocabulary(model, input_ids)
-    _warn_when_prompt_fills_positions(model, input_ids.shape[-1], generation_config)
 
 
 def _check_integer_ids(input_ids: torch.Tensor) -> None:
@@ -59,15 +57,3 @@ def check_mask_shape(input_ids, attention_mask) -> None:
         raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)} but input_ids "
                          f"{tuple(input_ids.shape)}: pass the attention_mask the tokenizer returned with these "
                          "input_ids (one entry per token), or none for an unpadded prompt.")
-
-
-def _warn_when_prompt_fills_positions(model, prompt_len: int, generation_config) -> None:
-    """Stock generate's ``MaxLengthCriteria`` warns (once per process) when the sequence passes
-    ``config.max_position_embeddings`` and the call goes on. The engine judges max_length itself and never calls
-    that criterion, so ask it about the first new token here: the same warning, under the same condition, for a
-    prompt that already fills the positions. (A prompt that fits but whose continuation passes them gets none.)"""
-    positions = getattr(model.config, "max_position_embeddings", None)
-    if positions is None or generation_config.max_length is None:
-        return
-    first_step = torch.empty(1, prompt_len + 1, device="meta")  # the criterion reads only the length
-    MaxLengthCriteria(generation_config.max_length, positions)(first_step, None)

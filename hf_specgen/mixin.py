@@ -161,9 +161,6 @@ def _speculative_generate(model, input_ids, logits_processor, stopping_criteria,
     if generation_config.num_return_sequences > 1:
         raise ValueError("Speculative modes return one sequence per prompt: use num_return_sequences=1.")
     if input_ids.shape[0] > 1:
-        refusal = getattr(decoder.proposer, "batch_refusal", None)
-        if refusal:
-            raise ValueError(f"Got a batch of {input_ids.shape[0]} prompts: {refusal}.")
         if generation_config.return_dict_in_generate and (generation_config.output_scores
                                                           or generation_config.output_logits):
             raise ValueError("output_scores / output_logits with speculative modes return one prompt's scores: call "

@@ -29,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import hf_specgen  # noqa: E402
 from hf_specgen.bench.models import synthetic_pair  # noqa: E402
 
-BATCHABLE = {"autoregressive", "dflash", "dflash-tree", "classic", "eagle3-chain", "eagle3-tree", "fly"}
+# Modes whose greedy rounds read the device once (WhiFlash's router and FLy's prompt lookup read tokens on the host).
+ONE_READ_PER_ROUND = {"autoregressive", "dflash", "dflash-tree", "classic", "eagle3-chain", "eagle3-tree", "fly"}
 
 
 def assistants(drafter, draft_lm, eagle) -> dict[str, tuple]:
@@ -45,6 +46,8 @@ def assistants(drafter, draft_lm, eagle) -> dict[str, tuple]:
         "whiflash": (bundle, {"speculative_mode": "whiflash"}),
         # a gate no mismatch passes (the top-3 entropy never reaches ln 3): FLy must give exact greedy tokens
         "fly": (drafter, {"speculative_mode": "fly", "fly_entropy_threshold": 1.0986}),
+        # ... and with a draft LM, drafting with prompt lookup (FLy's MLA)
+        "fly-mla": (draft_lm, {"speculative_mode": "fly", "fly_entropy_threshold": 1.0986, "num_draft_tokens": 6}),
     }
 
 
@@ -64,8 +67,6 @@ def check_exactness(target, models, device) -> list[dict]:
     for compiled in (False, True):
         for name, (assistant, extra) in assistants(*models).items():
             for lengths in ([23], [5, 40, 17, 1]):
-                if len(lengths) > 1 and name not in BATCHABLE:
-                    continue
                 ids, mask = padded(rng, lengths, target.config.vocab_size, device)
                 ref = target.generate(ids, attention_mask=mask, max_new_tokens=48, do_sample=False)
                 try:
@@ -113,7 +114,7 @@ def check_host_reads(target, models, device) -> list[dict]:
 
     rows = []
     for name, (assistant, extra) in assistants(*models).items():
-        if name not in BATCHABLE:
+        if name not in ONE_READ_PER_ROUND:
             continue
         ids, mask = padded(random.Random(2), [10, 25, 4], target.config.vocab_size, device)
         with HostReads() as counter:

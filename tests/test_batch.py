@@ -41,6 +41,15 @@ def _assistants(target, family: str = "qwen3"):
         "eagle3-tree": (eagle, {"eagle_top_k": 3, "eagle_depth": 4, "eagle_total_tokens": 10}),
         # FLy with a gate no mismatch passes rescues nothing: it must equal the target's greedy tokens.
         "fly": (make_dflash(target, block_size=8, seed=2), {"fly_entropy_threshold": 1.0986}),
+        # ... with a draft LM and prompt lookup (FLy's MLA, on by default for a draft LM): candidates per row.
+        "fly-mla": (make_target(family, seed=5, num_hidden_layers=1), {"fly_entropy_threshold": 1.0986,
+                                                                        "num_draft_tokens": 6}),
+        # Rows stop drafting at their own step when the draft model is unsure.
+        "classic-confident": (make_target(family, seed=5, num_hidden_layers=1),
+                              {"num_draft_tokens": 5, "draft_confidence_threshold": 0.08}),
+        # Every row votes at random: the batch switches drafters and catches up ragged backlogs.
+        "whiflash": (hf_specgen.WhiFlash(ar=eagle, parallel=make_dflash(target, block_size=6), router="random"),
+                     {"eagle_top_k": 2, "eagle_depth": 3, "eagle_total_tokens": 6}),
     }
 
 
@@ -176,17 +185,42 @@ def test_one_host_read_per_round(mode):
     assert sum(counter.reads.values()) <= rounds + 3, counter.reads
 
 
-def test_modes_that_cannot_batch_say_so_before_decoding():
+def test_rows_stop_drafting_at_their_own_confidence():
+    """With draft_confidence_threshold, each row of a batch drafts what it drafts alone (transformers' heuristic per
+    row): its first proposal is its batch-1 proposal, padded by repeating its last draft where it stopped first."""
+    from hf_specgen.drafters.draft_lm import DraftModelProposer
+
+    target = make_target("qwen3")
+    small = make_target("qwen3", seed=5, num_hidden_layers=1)
+    ids, mask = padded_batch(random.Random(12), [6, 19, 11, 3, 25, 8])
+    seen, original = [], DraftModelProposer.propose
+
+    def recording(self):
+        draft = original(self)
+        seen.append(draft.tolist())
+        return draft
+
+    DraftModelProposer.propose = recording
+    try:
+        def first_proposal(prompt, prompt_mask):
+            seen.clear()
+            target.generate(prompt, attention_mask=prompt_mask, assistant_model=small, speculative_mode="classic",
+                            num_draft_tokens=6, draft_confidence_threshold=0.08, max_new_tokens=3, do_sample=False)
+            return seen[0]
+
+        batched = first_proposal(ids, mask)
+        alone = [first_proposal(ids[b: b + 1, mask[b].argmax():], None)[0] for b in range(len(ids))]
+    finally:
+        DraftModelProposer.propose = original
+    assert len({len(row) for row in alone}) > 1  # the rows stop after different numbers of drafts
+    for row, own in zip(batched, alone):
+        assert row == own + [own[-1]] * (len(row) - len(own))
+
+
+def test_batches_refuse_per_prompt_scores_before_decoding():
+    """Every mode decodes batches; what stays per prompt (scores of each step) says so before any forward."""
     target = make_target("qwen3")
     ids, mask = padded_batch(random.Random(0), [4, 6])
-    eagle = make_eagle3(target)
-    with pytest.raises(ValueError, match="fly_ngram=False"):
-        target.generate(ids, attention_mask=mask, assistant_model=make_target("qwen3", seed=5, num_hidden_layers=1),
-                        speculative_mode="fly", max_new_tokens=5)
-    bundle = hf_specgen.WhiFlash(ar=eagle, parallel=make_dflash(target), router="entropy")
-    with pytest.raises(ValueError, match="once per prompt"):
-        target.generate(ids, attention_mask=mask, assistant_model=bundle, speculative_mode="whiflash",
-                        max_new_tokens=5)
     with pytest.raises(ValueError, match="output_scores"):
         target.generate(ids, attention_mask=mask, assistant_model=make_dflash(target), speculative_mode="dflash",
                         max_new_tokens=5, return_dict_in_generate=True, output_scores=True)

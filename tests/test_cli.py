@@ -160,7 +160,8 @@ def test_batch_curve_decodes_the_same_prompts_at_every_size(tmp_path, capsys):
                  "--repeats", "1", "--block-sizes", "4", "--num-draft-tokens", "3", "--eagle-tree", "2", "3", "5",
                  "--batch-sizes", "1", "2", "4", "--out", str(tmp_path)]) == 0
     curve = json.loads((tmp_path / "batch_curve.json").read_text())["batch_curve"]
-    assert set(curve) == {"autoregressive", "dflash b4", "classic k3", "eagle3 tree 2/3/5"}
+    assert set(curve) == {"autoregressive", "dflash b4", "classic k3", "classic k20 conf0.4", "eagle3 tree 2/3/5",
+                          "whiflash entropy"}
     for name, points in curve.items():
         assert set(points) == {"1", "2", "4"}, name
         for size, point in points.items():

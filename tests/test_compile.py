@@ -74,6 +74,7 @@ def test_every_compiled_mode_returns_the_stock_tokens():
     """The benchmark compiles every mode of our engine: classic, EAGLE-3 tree and chain, WhiFlash switching drafter
     every round, DFlash trees. Each must still return the stock greedy tokens."""
     import hf_specgen
+    from test_batch import padded_batch
     from test_eagle3 import make_eagle3
     from test_whiflash import Alternate
 
@@ -87,13 +88,21 @@ def test_every_compiled_mode_returns_the_stock_tokens():
              dict(assistant_model=eagle, speculative_mode="eagle3", eagle_top_k=1, num_draft_tokens=4),
              dict(assistant_model=bundle, speculative_mode="whiflash", eagle_top_k=1, num_draft_tokens=4),
              dict(assistant_model=dflash, speculative_mode="dflash", dflash_tree_nodes=8)]
+    # Batches of the modes whose rows go their own ways inside drafting: WhiFlash rows voting (ragged catch-ups),
+    # FLy's per-row prompt lookup.
+    batched = [dict(assistant_model=hf_specgen.WhiFlash(ar=eagle, parallel=dflash, router="random"),
+                    speculative_mode="whiflash", eagle_top_k=1, num_draft_tokens=4),
+               dict(assistant_model=small, speculative_mode="fly", fly_entropy_threshold=1.0986, num_draft_tokens=6)]
     rng = random.Random(2)
     try:
-        for kwargs in cases:
-            prompt = random_prompt(rng, rng.randint(5, 40))
-            ref = target.generate(prompt, max_new_tokens=30, do_sample=False, eos_token_id=None)
-            out = target.generate(prompt, speculative_compile=True, max_cache_len=256, max_new_tokens=30,
-                                  do_sample=False, eos_token_id=None, **kwargs)
+        for kwargs in cases + batched:
+            if kwargs in batched:
+                prompt, mask = padded_batch(rng, [rng.randint(2, 40) for _ in range(3)])
+            else:
+                prompt, mask = random_prompt(rng, rng.randint(5, 40)), None
+            ref = target.generate(prompt, attention_mask=mask, max_new_tokens=30, do_sample=False, eos_token_id=None)
+            out = target.generate(prompt, attention_mask=mask, speculative_compile=True, max_cache_len=256,
+                                  max_new_tokens=30, do_sample=False, eos_token_id=None, **kwargs)
             assert out.tolist() == ref.tolist(), kwargs["speculative_mode"]
         # The tree compiles three steps (target verify, drafter context, drafter level), its per-level step serving
         # every level with one graph, and the next call reuses them all (any recompile raises).

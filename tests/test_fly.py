@@ -167,6 +167,31 @@ def test_mla_drafts_the_same_tokens_with_fewer_forwards():
     assert runs[True].speculative_stats.draft_forwards < runs[False].speculative_stats.draft_forwards
 
 
+def test_batched_mla_drafts_the_same_tokens_as_batched_greedy_drafting():
+    """A ragged batch (each row its own prompt lookup, candidates or none): the same rows and rounds as drafting
+    without lookup, in a lossy setting (rescues happen), with fewer draft forwards."""
+    from test_batch import padded_batch
+
+    target = make_target("llama")
+    twin = copy.deepcopy(target)
+    twin.model.layers = twin.model.layers[:2]
+    twin.config.num_hidden_layers = 2
+    ids, mask = padded_batch(random.Random(6), [12, 40, 3])
+    pattern = torch.tensor([21, 22, 23, 24, 25, 26])
+    ids[1, -36:] = pattern.repeat(6)  # row 1 repeats itself: long candidates; the others are random
+    runs = {}
+    for ngram in (False, True):
+        runs[ngram] = target.generate(ids, attention_mask=mask, assistant_model=twin, speculative_mode="fly",
+                                      fly_window=2, fly_entropy_threshold=0.3, fly_ngram=ngram, num_draft_tokens=8,
+                                      max_new_tokens=50, do_sample=False, eos_token_id=None,
+                                      return_dict_in_generate=True)
+    plain, mla = runs[False].speculative_stats, runs[True].speculative_stats
+    assert runs[True].sequences.tolist() == runs[False].sequences.tolist()
+    assert mla.row_acceptance_lengths == plain.row_acceptance_lengths
+    assert plain.rescued_tokens > 0  # lossy rounds: the drafts decide the text, so equal drafts are under test
+    assert mla.draft_forwards < plain.draft_forwards
+
+
 def test_fly_sampling_rules_run_and_keep_lengths():
     target = make_target("qwen3")
     small = make_target("qwen3", seed=4, num_hidden_layers=1)

@@ -107,7 +107,6 @@ class ScriptedTreeProposer:
     tree shape (its own parents)."""
 
     tapped_layer_ids = None
-    batch_refusal = None
 
     def __init__(self, reference: torch.Tensor, depth: int, width: int, seed: int, corrupt: float = 0.0):
         self.reference, self.depth, self.width = reference.tolist(), depth, width

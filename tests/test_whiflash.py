@@ -74,7 +74,7 @@ def _record_drafts(target, bundle, prompt, **kwargs):
                               return_dict_in_generate=True, **kwargs)
     finally:
         WhiFlashProposer.propose = original
-    return seen, out.speculative_stats
+    return seen, out
 
 
 def test_lazy_catch_up_proposes_exactly_what_eager_updating_proposes():
@@ -86,10 +86,48 @@ def test_lazy_catch_up_proposes_exactly_what_eager_updating_proposes():
     for lazy in (True, False):
         bundle = hf_specgen.WhiFlash(ar=eagle, parallel=dflash, router=Alternate(3), lazy=lazy)
         runs[lazy] = _record_drafts(target, bundle, prompt, max_new_tokens=60, eagle_top_k=1, num_draft_tokens=5)
-    (lazy_drafts, lazy_stats), (eager_drafts, eager_stats) = runs[True], runs[False]
+    (lazy_drafts, lazy_out), (eager_drafts, eager_out) = runs[True], runs[False]
+    lazy_stats, eager_stats = lazy_out.speculative_stats, eager_out.speculative_stats
     assert lazy_stats.drafter_per_round == eager_stats.drafter_per_round and lazy_stats.switches >= 3
     assert lazy_drafts == eager_drafts
     assert max(lazy_stats.backlog_sizes) > 1 and not eager_stats.backlog_sizes
+
+
+class RowVotes:
+    """Row-dependent votes: rows vote EAGLE-3 when their newest token's slot is in an ``eagle_share`` of the slots, so
+    rows disagree and the batch's choice moves round by round. Records every round's votes."""
+
+    def __init__(self, period: int = 5, eagle_share: int = 2):
+        self.period, self.eagle_share, self.votes = period, eagle_share, []
+
+    def __call__(self, signal):
+        choice = "eagle3" if signal["position"] % self.period < self.eagle_share else "dflash"
+        self.votes.append(choice)
+        return choice
+
+
+def test_batches_route_by_vote_and_catch_up_ragged_backlogs():
+    """A padded batch of 4: rows vote differently, the batch switches drafters, and every catch-up compacts a backlog
+    whose rows committed different numbers of tokens. Equal to stock batched greedy, lazy and eager; lazy catch-up
+    proposes exactly what eager updating proposes."""
+    from test_batch import padded_batch
+
+    target = make_target("llama")
+    eagle, dflash = make_eagle3(target), make_dflash(target, block_size=6)
+    ids, mask = padded_batch(random.Random(4), [7, 30, 2, 15])
+    ref = target.generate(ids, attention_mask=mask, max_new_tokens=45, do_sample=False, eos_token_id=None)
+    runs = {}
+    for lazy in (True, False):
+        router = RowVotes()
+        bundle = hf_specgen.WhiFlash(ar=eagle, parallel=dflash, router=router, lazy=lazy)
+        drafts, stats = _record_drafts(target, bundle, ids, attention_mask=mask, max_new_tokens=45,
+                                       eos_token_id=None, eagle_top_k=1, num_draft_tokens=4)
+        runs[lazy] = drafts, stats, router.votes
+    (lazy_drafts, lazy_stats, votes), (eager_drafts, eager_stats, _) = runs[True], runs[False]
+    assert lazy_stats.sequences.tolist() == ref.tolist() == eager_stats.sequences.tolist()
+    assert len(set(votes)) == 2 and lazy_stats.speculative_stats.switches >= 3
+    assert lazy_drafts == eager_drafts
+    assert max(lazy_stats.speculative_stats.backlog_sizes) > 1
 
 
 @torch.no_grad()

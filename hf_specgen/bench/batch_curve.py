@@ -14,14 +14,10 @@ import time
 
 import torch
 
-# Methods of the method list that decode batches (transformers' assisted and prompt-lookup paths take one prompt).
-BATCHING_PREFIXES = ("autoregressive", "dflash", "classic k", "eagle3")
-
-
 def batching_methods(methods: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
-    """The methods of ``build_methods`` that decode a batch, without the confidence-threshold classic variant."""
-    return [(name, kwargs) for name, kwargs in methods
-            if name.startswith(BATCHING_PREFIXES) and "draft_confidence_threshold" not in kwargs]
+    """The methods of ``build_methods`` that decode a batch: all of ours (transformers' own assisted, prompt-lookup
+    and DFlash paths, named "hf ...", take one prompt at a time)."""
+    return [(name, kwargs) for name, kwargs in methods if not name.startswith("hf ")]
 
 
 def left_padded(prompts: list[torch.Tensor], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from ..engine.graphs import CACHE_BUCKET
+from ..engine.graphs import CACHE_BUCKET, allow_a_graph_per_decoder
 from ..embedded import hub_models_dir
 from ..reports import has_compiled_baseline
 from .choices import ALL_METHODS, DTYPE_NAMES, LOSSLESS_DEFAULT  # noqa: F401 (re-exported)
@@ -529,11 +529,8 @@ def run_bench(args, *, show_texts: bool) -> dict:
         torch.set_num_threads(args.threads)
     if getattr(args, "compile", False):
         # Every method compiles the same step functions with its own shapes (block widths, taps), and dynamo keeps
-        # graphs per function: past its default limit of 8 it would silently run later methods eagerly.
-        import torch._dynamo.config as dynamo_config
-
-        dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, 64)
-        dynamo_config.accumulated_recompile_limit = max(dynamo_config.accumulated_recompile_limit, 1024)
+        # graphs per function: the compiled baseline (stock generate's own compile) needs the raised limit too.
+        allow_a_graph_per_decoder()
     models = load_models(args)
     if models.synthetic:
         print(f"NOTE: random-weight '{args.synthetic}' models built on the fly: this shows the mechanics and the "

@@ -15,7 +15,6 @@ import torch
 class NoDraftProposer:
     block_size = 1  # the verify block is the last committed token alone
     tapped_layer_ids: list[int] = []  # no target hidden states needed
-    batch_refusal = None
 
     def start(self, session, prompt_features) -> None:
         self.session = session

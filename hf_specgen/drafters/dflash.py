@@ -66,7 +66,6 @@ def check_dflash_fits_target(drafter: DFlashDraftModel, target, block_size: int)
 
 
 class DFlashProposer:
-    batch_refusal = None
     takes_any_context_rows = True  # its mask hides the uncommitted rows, however many come
 
     def __init__(self, drafter: DFlashDraftModel, target, block_size: int | None, compile_steps: bool):
@@ -123,15 +122,15 @@ class DFlashProposer:
         drafted = self._run_drafter(self._step)
         return torch.cat([self.block_ids[:, :1], drafted], dim=1)
 
-    def prefill_context(self) -> None:
-        """Eager catch-up (WhiFlash with lazy=False): append the pending (all committed) context rows now."""
-        rows = self.pending.shape[1]
-        if rows:
-            set_cache_length(self.cache, self.context_start)
-            self.drafter.prefill_context(self.pending, self.session.position_block(self.context_start, rows),
-                                         self.cache)
-            self.context_start = self.context_start + rows
-            self.pending = self.pending[:, :0]
+    def absorb(self, features: torch.Tensor, counts: torch.Tensor) -> None:
+        """Catch-up (WhiFlash): features [B, T, n_taps*H] of each row's slots from its context start on, of which the
+        first counts[b] are committed; their K/V go into the cache now (rows past them land on hidden slots), so the
+        next round's drafter forward has no pending context rows."""
+        rows = features.shape[1]
+        set_cache_length(self.cache, self.context_start)
+        self.drafter.prefill_context(features, self.session.position_block(self.context_start, rows), self.cache)
+        self.context_start = self.context_start + counts
+        self.pending = features[:, :0]
 
     def commit(self, verify_features: torch.Tensor, n_committed: torch.Tensor) -> None:
         # All W rows go in next round (fixed shape); rows past the committed ones are masked and overwritten.

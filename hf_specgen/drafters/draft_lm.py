@@ -5,10 +5,10 @@ Round r, with ``start`` = slot of the last committed token and K = num_draft_tok
      fixed shape: after a full accept the slot before ``start`` is missing from its cache, otherwise it is rewritten
      with the same values) and proposes d1 = argmax at ``start``;
   2. K-1 one-row steps feed d_j at slot start+j and propose d_{j+1}; with a confidence threshold (transformers'
-     assisted-generation heuristic) drafting stops once the draft model's top probability falls below it, and the
-     remaining slots repeat the last draft when the steps are compiled (any token is a valid draft: the verify keeps
-     its fixed K+1 rows, and acceptance stops at the first token the target disagrees with anyway); eager, the
-     verify gets only the drafted tokens.
+     assisted-generation heuristic) a batch row stops drafting once the draft model's top probability falls below
+     it and repeats its last draft from there (any token is a valid draft: acceptance stops at the first token the
+     target disagrees with anyway); once every row has stopped, the rest of the block repeats too when the steps are
+     compiled (the verify keeps its fixed K+1 rows), and eager, the verify gets only the drafted columns.
 The draft cache is a static cache indexed by the same slots as the target's; rejected drafts are simply overwritten
 next round.
 
@@ -61,13 +61,6 @@ class DraftModelProposer:
         self.block_size = num_draft_tokens + 1
         self.ngram, self.max_ngram, self.ngram_tokens = ngram, max_ngram, ngram_tokens
         self.confidence_threshold = confidence_threshold
-        self.batch_refusal = None
-        if ngram:
-            self.batch_refusal = ("FLy's prompt-lookup drafting (fly_ngram) drafts for one prompt at a time: pass "
-                                  "fly_ngram=False to decode a batch, or call generate once per prompt")
-        elif confidence_threshold is not None:
-            self.batch_refusal = ("draft_confidence_threshold stops drafting per prompt: leave it unset to decode a "
-                                  "batch, or call generate once per prompt")
         # Padded candidate rows may be written past the last verified slot: the cache needs that much room.
         self.cache_margin = ngram_tokens + 2 if ngram else 0
         self.forward_calls = 0
@@ -106,6 +99,8 @@ class DraftModelProposer:
                              use_cache=True)
         self.forward_calls = 0
         self.drafts = torch.zeros((session.batch_size, self.block_size), dtype=torch.long, device=session.device)
+        if self.ngram:
+            self._first_real_slots = session.left_padding.tolist()
 
     def propose(self) -> torch.Tensor:
         """[B, W]: each row's last committed token, then K greedy draft tokens."""
@@ -119,14 +114,20 @@ class DraftModelProposer:
         self.drafts[:, 0] = session.token_block(starts, 1)[:, 0]
         self.drafts[:, 1] = token
         drafted = 1
+        unsure = None  # [B] rows that stopped drafting (confidence threshold only)
         for j in range(1, self.num_draft_tokens):
-            if self.confidence_threshold is not None and float(confidence) < self.confidence_threshold:  # batch 1
-                self.drafts[:, j + 1:] = self.drafts[:, j: j + 1]  # unsure: stop drafting, pad the fixed-width block
-                break
+            if self.confidence_threshold is not None:
+                unsure = confidence < self.confidence_threshold if unsure is None else \
+                    unsure | (confidence < self.confidence_threshold)
+                if bool(unsure.all()):  # one read per step, as transformers' heuristic reads it
+                    self.drafts[:, j + 1:] = self.drafts[:, j: j + 1]  # pad the fixed-width block
+                    break
             slots = starts + j
             token, confidence = self._step(self.drafts[:, j: j + 1], session.position_block(slots, 1),
                                            session.causal_mask(slots, 1))
-            self.drafts[:, j + 1] = token
+            # A row that stopped repeats its last draft (any token is a valid draft: acceptance stops at the first
+            # one the target disagrees with), while the batch drafts on for the rows still sure.
+            self.drafts[:, j + 1] = token if unsure is None else torch.where(unsure, self.drafts[:, j], token)
             drafted += 1
         self.forward_calls += drafted
         if drafted < self.num_draft_tokens and not self._step.compiled:
@@ -134,31 +135,43 @@ class DraftModelProposer:
         return self.drafts.clone()
 
     def _propose_with_ngrams(self) -> torch.Tensor:
-        session, start, k, m = self.session, self.session.last_slot, self.num_draft_tokens, self.ngram_tokens
-        history = session.tokens[0, : start + 1].tolist()  # committed tokens
-        drafted: list[int] = []
-        pending_slot = max(start - 1, 0)
-        pending = history[pending_slot:]  # tokens not yet in the draft cache (as in plain drafting: 2 rows)
-        set_cache_length(self.cache, pending_slot)
-        while len(drafted) < k:
-            candidates = ngram_candidates(history + drafted, self.max_ngram, min(m, k - len(drafted) - 1))
-            rows = pending + candidates + [pending[-1]] * (m - len(candidates)) if candidates else pending
-            slots = slice(pending_slot, pending_slot + len(rows))
-            ids = torch.tensor([rows], device=session.device)
-            # Shapes: 2 or 1 pending rows, with or without M candidate rows: four fixed shapes in all.
-            predicted = self._rows_step(ids, session.positions[:, slots],
-                                        session.causal_mask(pending_slot, len(rows)))[0]
-            # Row len(pending)-1+i predicts the token after candidate i-1 (after the pending tokens for i = 0).
-            follow = predicted[len(pending) - 1: len(pending) + len(candidates)].tolist()
-            kept = 0
-            while kept < len(candidates) and candidates[kept] == follow[kept]:
-                kept += 1
-            drafted += candidates[:kept] + [follow[kept]]
-            pending_slot += len(pending) + kept  # the draft cache is valid through the last kept candidate
-            set_cache_length(self.cache, pending_slot)
-            pending = [follow[kept]]
+        """Prompt lookup for every batch row (FLy's MLA): each forward runs, per row, the two newest tokens not yet
+        checked (slots p, p+1, the first already in the draft cache and rewritten unchanged) and up to M candidates
+        from the row's own history (padded to M: one shape for the batch). Row p+1+i predicts the token after
+        candidate i-1; a row keeps its candidates up to the first one the draft model disagrees with, plus the
+        model's own next token, and moves p past them. Rows draft until every row has K tokens."""
+        session, k, m = self.session, self.num_draft_tokens, self.ngram_tokens
+        batch = session.batch_size
+        lengths = session.host_lengths
+        sequences = session.tokens[:, : max(lengths)].tolist()  # one read: every row's committed tokens
+        first_real = self._first_real_slots  # prompt lookup reads the real tokens only, not the left padding
+        histories = [sequences[b][: lengths[b]] for b in range(batch)]  # per row: slot -> token, drafts appended
+        checked = [length - 2 for length in lengths]  # p: slot of the first of the two rows to run
+        while any(len(histories[b]) - lengths[b] < k for b in range(batch)):
+            candidates = []
+            for b in range(batch):
+                room = min(m, k - (len(histories[b]) - lengths[b]) - 1)
+                candidates.append(ngram_candidates(histories[b][first_real[b]:], self.max_ngram, room))
+            width = 2 + (m if any(candidates) else 0)  # two shapes in all: with or without candidate rows
+            rows = [histories[b][checked[b]: checked[b] + 2] + candidates[b] +
+                    [histories[b][-1]] * (width - 2 - len(candidates[b])) for b in range(batch)]
+            firsts = torch.tensor(checked, device=session.device)
+            set_cache_length(self.cache, firsts)
+            predicted = self._rows_step(torch.tensor(rows, device=session.device), session.position_block(firsts, width),
+                                        session.causal_mask(firsts, width)).tolist()  # [B, width]
             self.forward_calls += 1
-        return torch.tensor(history[-1:] + drafted[:k], device=session.device)
+            for b in range(batch):
+                if len(histories[b]) - lengths[b] >= k:
+                    continue  # this row has its drafts: its rows ran only to keep the shape
+                # Row 1 + i predicts the token after candidate i - 1 (after the two checked tokens for i = 0).
+                follow = predicted[b][1: 2 + len(candidates[b])]
+                kept = 0
+                while kept < len(candidates[b]) and candidates[b][kept] == follow[kept]:
+                    kept += 1
+                histories[b] += candidates[b][:kept] + [follow[kept]]
+                checked[b] += 1 + kept  # the draft cache is valid through the last kept candidate
+        drafts = [histories[b][lengths[b] - 1: lengths[b] + k] for b in range(batch)]
+        return torch.tensor(drafts, device=session.device)  # [B, K+1]
 
     def commit(self, verify_features, n_committed: torch.Tensor) -> None:
         pass  # the next round re-reads the committed tokens from the session

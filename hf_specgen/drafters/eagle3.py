@@ -44,8 +44,6 @@ def check_eagle3_fits_target(drafter: Eagle3DraftModel, target, layer_ids: list[
 class Eagle3ChainProposer:
     """K draft tokens per round, one drafter step each (a tree with top_k = 1)."""
 
-    batch_refusal = None
-
     def __init__(self, drafter: Eagle3DraftModel, target, num_draft_tokens: int, compile_steps: bool):
         layers = target.config.get_text_config(decoder=True).num_hidden_layers
         self.tapped_layer_ids = drafter.target_layer_ids or default_eagle3_layer_ids(layers)
@@ -81,40 +79,44 @@ class Eagle3ChainProposer:
         bonus [B], the drafter's output at slot start-1 [B, 1, H]).
 
         Rows of feature slot t pair with the committed token at t+1. The fixed ``context_rows`` block of the last
-        verify (its first rows committed; a tree's come along the accepted path) runs as one step; any other count (the prompt, a catch-up backlog) is all
-        committed: its rows but the last get KV-only prefill, the last runs the full layer.
+        verify (its first rows committed; a tree's come along the accepted path) runs as one step; any other count
+        (the prompt, the last row of a catch-up) gets KV-only prefill for its rows but the last, and the full layer
+        for each row's last committed one.
         """
         session, first, rows = self.session, self.context_start, self.pending.shape[1]
         set_cache_length(self.cache, first)
         token_ids = session.token_block(first + 1, rows)  # [B, rows]
+        last = (starts - 1 - first).clamp(0, rows - 1)[:, None]  # [B, 1] each row's last committed pending row
         if rows == self.context_rows:
             predicted, hidden = self._context_step(token_ids, self.pending, session.position_block(first, rows),
                                                    session.causal_mask(first, rows))  # [B, W], [B, W, H]
-            last = (starts - 1 - first).clamp(min=0)[:, None]  # [B, 1]; a finished row's is never read
-            predicted = predicted.gather(1, last)[:, 0]
+            predicted = predicted.gather(1, last)[:, 0]  # a finished row's is never read
             hidden = hidden.gather(1, last[:, :, None].expand(-1, -1, hidden.shape[-1]))
         else:
             if rows > 1:
                 self.drafter.prefill_kv(self.embed(token_ids[:, :-1]), self.pending[:, :-1],
                                         session.position_block(first, rows - 1), self.cache)
-            last_slots = first + rows - 1  # == starts - 1
-            predicted, hidden = self._context_step.eager(token_ids[:, -1:], self.pending[:, -1:],
+            last_slots = first + last[:, 0]  # == starts - 1
+            set_cache_length(self.cache, last_slots)
+            features = self.pending.gather(1, last[:, :, None].expand(-1, -1, self.pending.shape[-1]))
+            predicted, hidden = self._context_step.eager(token_ids.gather(1, last), features,
                                                          session.position_block(last_slots, 1),
                                                          session.causal_mask(last_slots, 1))
             predicted = predicted[:, 0]
         set_cache_length(self.cache, starts)  # rows from slot start on were built from uncommitted tokens
         return predicted, hidden
 
-    def prefill_context(self) -> None:
-        """Eager catch-up (WhiFlash with lazy=False): KV-only prefill of the pending rows but the last one, which
-        the next ``propose`` runs in full to seed its drafts."""
-        session, first, rows = self.session, self.context_start, self.pending.shape[1]
-        if rows > 1:
-            set_cache_length(self.cache, first)
-            self.drafter.prefill_kv(self.embed(session.token_block(first + 1, rows - 1)), self.pending[:, :-1],
-                                    session.position_block(first, rows - 1), self.cache)
-            self.context_start = first + rows - 1
-            self.pending = self.pending[:, -1:]
+    def absorb(self, features: torch.Tensor, counts: torch.Tensor) -> None:
+        """Catch-up (WhiFlash): features [B, T, n*H] of each row's slots from its context start on, of which the
+        first counts[b] are committed. KV-only prefill of them all (rows past them land on hidden slots); each row's
+        last committed one stays pending, for the next ``propose`` to run in full and seed its drafts."""
+        session, first, rows = self.session, self.context_start, features.shape[1]
+        set_cache_length(self.cache, first)
+        self.drafter.prefill_kv(self.embed(session.token_block(first + 1, rows)), features,
+                                session.position_block(first, rows), self.cache)
+        last = (counts - 1).clamp(min=0)  # [B] (a row done before this catch-up has none: its rows are never read)
+        self.pending = features.gather(1, last[:, None, None].expand(-1, 1, features.shape[-1]))  # [B, 1, n*H]
+        self.context_start = first + last
 
     def propose(self) -> torch.Tensor:
         """[B, W]: each row's last committed token, then K draft tokens."""
@@ -145,8 +147,6 @@ class Eagle3TreeProposer(Eagle3ChainProposer):
     entries [0, k), level l >= 2 is k + (l-2)k^2 + parent_row * k + j (child j of frontier row parent_row). Tree rows
     in the drafter's cache: level l's frontier row r sits at slot start + (l-1)k + r.
     """
-
-    batch_refusal = None
 
     def __init__(self, drafter: Eagle3DraftModel, target, top_k: int, depth: int, total_tokens: int,
                  compile_steps: bool):

@@ -5,10 +5,14 @@ routing; the router only decides speed. Per round:
 
   1. the router reads the target at the last accepted position: the full-vocabulary entropy of its next-token
      distribution (WhiFlash-Entropy: entropy > threshold -> EAGLE-3) or its final decoder layer's hidden state
-     through a small MLP predicting AL_eagle - AL_dflash (WhiFlash-Neural: prediction > threshold -> EAGLE-3);
+     through a small MLP predicting AL_eagle - AL_dflash (WhiFlash-Neural: prediction > threshold -> EAGLE-3).
+     In a batch every unfinished row votes and the batch takes the drafter most rows chose (DFlash on a tie): both
+     drafters stay batched, and the verify keeps one shape;
   2. lazy catch-up: the drafter that sat out does not see the rounds it missed until it is chosen again; then its
-     whole backlog (the committed tokens and their target features) is prefilled in ONE forward. With
-     ``lazy=False`` the inactive drafter is brought up to date every round instead (the paper's baseline);
+     whole backlog (the committed tokens and their target features: rounds of [B, W, F] rows of which each batch
+     row committed its own count) is compacted so each row's committed rows come first, and prefilled in ONE
+     KV-only forward. With ``lazy=False`` the inactive drafter is brought up to date every round instead (the
+     paper's baseline);
   3. the chosen drafter proposes (a tree or a block), the target verifies, both drafters' bookkeeping is updated.
 """
 
@@ -39,9 +43,6 @@ class WhiFlashProposer:
     on the bundle (``set_category``) applies to a decoder that is already built.
     """
 
-    batch_refusal = ("WhiFlash routes each round for one prompt at a time: call generate once per prompt, or decode "
-                     "a batch with speculative_mode='dflash' or an EAGLE-3 chain")
-
     def __init__(self, ar: Eagle3ChainProposer, parallel: DFlashProposer, target, settings, seed: int = 0):
         self.proposers = {AR: ar, PARALLEL: parallel}
         final_layer = len(decoder_layers(target)) - 1
@@ -64,6 +65,7 @@ class WhiFlashProposer:
 
     # ------------------------------------------------------------------ routing
     def choose(self, signal: dict) -> str:
+        """One batch row's choice from its signal: {"logits": [V], "hidden": [H], "position": slot}."""
         settings = self.settings
         router = settings.router
         if callable(router):
@@ -85,34 +87,40 @@ class WhiFlashProposer:
             raise ValueError(f"a WhiFlash router must return {AR!r} or {PARALLEL!r}, got {choice!r}")
         return choice
 
+    def _route(self) -> str:
+        """The batch's drafter this round: the one most unfinished rows choose (DFlash on a tie, and before any
+        signal)."""
+        votes = [self.choose(signal) for signal in self.signals]
+        return AR if 2 * votes.count(AR) > len(votes) else PARALLEL
+
     # ------------------------------------------------------------------ proposer protocol
     def start(self, session, prompt_features: torch.Tensor) -> None:
         self.session = session
         for name, proposer in self.proposers.items():
             proposer.start(session, prompt_features[..., self._columns[name]])
-        self.backlog = {name: [] for name in self.proposers}  # features of committed rows a drafter has not seen
-        # How many leading rows of each proposer's ``pending`` are committed (the prompt's: all of them).
-        self.valid_pending = {name: prompt_features.shape[1] for name in self.proposers}
+        # What each drafter has not absorbed, oldest first: (features [B, R, F], rows committed per batch row [B]).
+        # Its own pending rows (the prompt, or its last verify) lead: they are its committed rows since its context.
+        prompt_rows = torch.full_like(session.lengths, prompt_features.shape[1])
+        self.unseen = {name: [] for name in self.proposers}
+        self.pending_counts = {name: prompt_rows for name in self.proposers}
         self.forward_calls = 0
         self.drafter_per_round: list[str] = []
         self.backlog_sizes: list[int] = []
         self.active = None
-        self.signal = None
+        self.signals = []
 
-    def observe(self, logits_row: torch.Tensor, features_row: torch.Tensor) -> None:
-        """The target at the last accepted position (the row that produced the newest token): logits [V],
-        features [n_taps*H] (the router reads the final layer's columns)."""
-        self.signal = {"logits": logits_row, "hidden": features_row[self._final_columns]}
+    def observe(self, logits_rows: torch.Tensor, features_rows: torch.Tensor, rows: list[int]) -> None:
+        """The target at each batch row's newest committed token: logits [B, V], features [B, n_taps*H] (the router
+        reads the final layer's columns); ``rows``: the unfinished rows, the ones that vote."""
+        self.signals = [{"logits": logits_rows[b], "hidden": features_rows[b, self._final_columns],
+                         "position": self.session.host_lengths[b] - 1} for b in rows]
 
     def propose(self):
-        # The router also gets the slot of the last committed token (where this round's drafts start).
-        choice = self.choose({**self.signal, "position": self.session.last_slot}) if self.signal is not None \
-            else PARALLEL
+        choice = self._route()
         proposer = self.proposers[choice]
-        if self.backlog[choice]:
-            # Lazy catch-up: everything committed while this drafter sat out, prefilled in its next forward.
-            self._gather_backlog(choice)
-            self.backlog_sizes.append(proposer.pending.shape[1])
+        if self.unseen[choice]:
+            # Lazy catch-up: everything committed while this drafter sat out, prefilled in one forward.
+            self.backlog_sizes.append(int(self._catch_up(choice).max()))
         self.active = choice
         self.drafter_per_round.append(choice)
         calls = proposer.forward_calls
@@ -125,25 +133,31 @@ class WhiFlashProposer:
         return {"drafter_per_round": self.drafter_per_round, "backlog_sizes": self.backlog_sizes}
 
     def commit(self, verify_features: torch.Tensor, n_committed: torch.Tensor) -> None:
-        n_committed = int(n_committed[0])  # batch 1: the router decides on the host anyway
+        """verify_features [B, W, n_taps*H]; n_committed [B] rows each batch row committed (0 when done)."""
         for name, proposer in self.proposers.items():
             columns = verify_features[..., self._columns[name]]
             if name == self.active:
                 proposer.commit(columns, n_committed)
-                self.valid_pending[name] = n_committed
+                self.pending_counts[name] = n_committed
             else:
-                self.backlog[name].append(columns[:, :n_committed])
+                self.unseen[name].append((columns, n_committed))
         if not self.settings.lazy:  # eager updating: the inactive drafter prefills its backlog every round
-            for name, proposer in self.proposers.items():
-                if name != self.active and self.backlog[name]:
-                    self._gather_backlog(name)
-                    proposer.prefill_context()
-                    self.valid_pending[name] = proposer.pending.shape[1]
+            for name in self.proposers:
+                if name != self.active:
+                    self._catch_up(name)
 
-    def _gather_backlog(self, name: str) -> None:
-        """pending = its committed pending rows, then every row committed since (all committed, in slot order)."""
+    def _catch_up(self, name: str) -> torch.Tensor:
+        """Hand drafter ``name`` every row it has not seen, in one forward; returns how many each batch row had [B]."""
         proposer = self.proposers[name]
-        kept = proposer.pending[:, : self.valid_pending[name]]
-        proposer.pending = torch.cat([kept, *self.backlog[name]], dim=1)
-        self.valid_pending[name] = proposer.pending.shape[1]
-        self.backlog[name] = []
+        parts = [(proposer.pending, self.pending_counts[name]), *self.unseen[name]]
+        features = torch.cat([rows for rows, _ in parts], dim=1)  # [B, T, F]
+        committed = torch.cat([torch.arange(rows.shape[1], device=rows.device) < counts[:, None]
+                               for rows, counts in parts], dim=1)  # [B, T]
+        # Each batch row's committed rows first, in slot order (a stable sort on "not committed"), the rest after.
+        order = torch.sort((~committed).to(torch.uint8), dim=1, stable=True).indices
+        features = features.gather(1, order[:, :, None].expand(-1, -1, features.shape[-1]))
+        counts = committed.sum(dim=1)  # [B]
+        proposer.absorb(features, counts)
+        self.pending_counts[name] = counts.clamp(max=proposer.pending.shape[1])  # what absorb left pending
+        self.unseen[name] = []
+        return counts

@@ -5,7 +5,8 @@ torch.compile and CUDA graphs need, but it writes every batch row at one shared 
 each row accepts a different number of tokens per round, so ``RowStaticLayer`` keeps a [B] tensor of write
 positions: row b's new K/V go to slots row_lengths[b] .. row_lengths[b]+T-1 (a scatter of fixed shape). Rolling
 back after a partly rejected verify is moving those positions back: the stale rows past them are hidden by our
-masks and overwritten by the next write.
+masks and overwritten by the next write. Rows that would land past the end (the padding after a ragged catch-up,
+``drafters/whiflash.py``, which no mask ever shows) are written into the last slot instead of failing.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class RowStaticLayer(StaticLayer):
         if batch != self.row_lengths.shape[0]:
             raise RuntimeError(f"cache built for {self.row_lengths.shape[0]} rows got a batch of {batch}")
         slots = self.row_lengths[:, None] + torch.arange(new, device=key_states.device)  # [B, T]
+        slots = slots.clamp(max=self.max_cache_len - 1)  # see the module docstring
         index = slots[:, None, :, None].expand(batch, heads, new, 1)
         self.keys.scatter_(2, index.expand(-1, -1, -1, key_states.shape[-1]), key_states)
         self.values.scatter_(2, index.expand(-1, -1, -1, value_states.shape[-1]), value_states)

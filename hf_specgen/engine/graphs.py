@@ -21,6 +21,16 @@ def should_compile(setting, device: torch.device) -> bool:
     return bool(setting)
 
 
+def allow_a_graph_per_decoder() -> None:
+    """Raise dynamo's recompile limits (never lower them). Every compiled decoder (one per mode, drafter, batch size
+    and cache bucket) compiles the same step functions and the target's forward over its own caches, and dynamo
+    counts those graphs per function: past its default of 8 a ninth decoder would fail to compile (fullgraph=True)."""
+    import torch._dynamo.config as dynamo_config
+
+    dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, 64)
+    dynamo_config.accumulated_recompile_limit = max(dynamo_config.accumulated_recompile_limit, 1024)
+
+
 class StepRunner:
     """Calls ``fn`` eagerly or through torch.compile; ``.eager`` always bypasses compilation."""
 
@@ -29,6 +39,7 @@ class StepRunner:
         self.compiled = compile_step
         self._is_cuda = device.type == "cuda"
         if compile_step:
+            allow_a_graph_per_decoder()
             mode = "reduce-overhead" if self._is_cuda else "default"
             self._fn = torch.compile(fn, mode=mode, dynamic=False, fullgraph=True)
         else:

@@ -88,9 +88,12 @@ class StopRule:
     """Stock generate's stopping, judged on the device for every row at once: max_new_tokens, stop tokens (the
     output ends after the stop token), plus the user's own criteria (judged on the host after each token)."""
 
-    def __init__(self, generation_config, stopping_criteria, prompt_len: int, device):
+    def __init__(self, generation_config, stopping_criteria, prompt_len: int, device, max_positions: int | None):
         self.prompt_len = prompt_len
         self.max_new_tokens = generation_config.max_length - prompt_len
+        # Stock's max-length criterion warns (once per process) when a sequence goes on past the model's positions.
+        self.max_length_criterion = MaxLengthCriteria(generation_config.max_length, max_positions)
+        self.max_positions = max_positions
         self.stop_token_ids = _stop_token_ids(generation_config)  # host list, for the output's pad choice
         self.stop_ids = torch.tensor(self.stop_token_ids, dtype=torch.long, device=device)
         self.extra = [c for c in stopping_criteria if not isinstance(c, (EosTokenCriteria, MaxLengthCriteria))]
@@ -110,6 +113,16 @@ class StopRule:
         kept = torch.where(active, torch.minimum(through_stop, room), 0)
         done = active & (has_stop | (kept >= room))
         return kept, done
+
+    def warn_past_positions(self, longest_before: int, longest_after: int) -> None:
+        """Stock asks its max-length criterion after every token; the engine judges max_length itself, so it asks the
+        criterion about the first length of this round past the model's positions (the criterion reads only the
+        length, and warns unless that length ends the call): the same warning under the same condition."""
+        if self.max_positions is None:
+            return
+        first_past = max(longest_before + 1, self.max_positions + 1)
+        if first_past <= longest_after:
+            self.max_length_criterion(torch.empty(1, first_past, device="meta"), None)
 
     def judge_extra(self, session: DecodingSession, rows: list[int], first_new: list[int]) -> dict[int, int]:
         """User criteria (stop strings, max_time, ...) after every new token of ``rows``: {row: committed length
@@ -216,7 +229,8 @@ class SpeculativeDecoder:
                   max_cache_len):
         target, width = self.target, self.width
         batch, prompt_len = input_ids.shape
-        stop = StopRule(generation_config, stopping_criteria, prompt_len, input_ids.device)
+        stop = StopRule(generation_config, stopping_criteria, prompt_len, input_ids.device,
+                        getattr(target.config, "max_position_embeddings", None))
         margin = getattr(self.proposer, "cache_margin", 0)
         capacity = _required_capacity(prompt_len, stop.max_new_tokens, width + margin, self.compile_steps,
                                       max_cache_len)
@@ -251,6 +265,7 @@ class SpeculativeDecoder:
             numbers = torch.stack([kept, done.long(), *[x for x in extras if x is not None]]).tolist()
             kept_host, done_host = numbers[0], numbers[1]
             session.append(result.new_tokens, kept, host_counts=kept_host)
+            stop.warn_past_positions(max(first_new), max(session.host_lengths))
             finished = {b for b in active_rows if done_host[b]}
             if stop.extra:
                 for b, length in stop.judge_extra(session, active_rows, first_new).items():
@@ -288,7 +303,7 @@ class SpeculativeDecoder:
                 if active_rows:
                     self.proposer.start(session, prompt_features)
                     if observe is not None:
-                        observe(out.logits[0, -1], prompt_features[0, -1])
+                        observe(out.logits[:, -1], prompt_features[:, -1], active_rows)
                 t1 = clock.mark()
 
                 # ---------------- decode rounds
@@ -315,9 +330,10 @@ class SpeculativeDecoder:
                         # Eager steps take any number of context rows: hand over only up to the longest commit.
                         features = features[:, : max(1, max(numbers[2][b] + 1 for b in active_rows))]
                     self.proposer.commit(features, counts)
-                    if observe is not None:
-                        n = numbers[2][0]
-                        observe(result.logits[0, n], features[0, n])
+                    if observe is not None and still_active:  # each row's newest committed token
+                        device = result.logits.device
+                        rows, newest = torch.arange(batch, device=device), torch.tensor(numbers[2], device=device)
+                        observe(result.logits[rows, newest], features[rows, newest], still_active)
                     stats.add_round([numbers[2][b] + 1 for b in active_rows], active_rows,
                                     *([numbers[3], numbers[4]] if result.mismatches is not None else []))
                     rounds.append((r0, r1, r2, clock.mark()))

@@ -24,8 +24,6 @@ from .tree import TreeProposal
 class Proposer(Protocol):
     block_size: int  # W: rows of a verify (nodes of a tree)
     tapped_layer_ids: list[int] | None  # target layers whose outputs the proposer reads (None / [] = none)
-    # None when the proposer drafts for a batch of any size; else why it takes one prompt at a time and what does not
-    batch_refusal: str | None
 
     def start(self, session, prompt_features: torch.Tensor | None) -> None: ...
 
@@ -35,6 +33,7 @@ class Proposer(Protocol):
 
 # Optional members the loop reads when present: ``cache_margin`` (extra cache slots the drafter writes past the
 # verified ones), ``forward_calls`` (drafter forwards, for the statistics), ``round_records()`` (per-round lists
-# copied into the statistics, e.g. WhiFlash's drafter per round), ``observe(logits_row, features_row)`` (routers:
-# the target at the newest committed token, batch 1), ``takes_any_context_rows`` (True: in eager mode ``commit`` may
+# copied into the statistics, e.g. WhiFlash's drafter per round), ``observe(logits_rows, features_rows, rows)``
+# (routers: the target at each batch row's newest committed token, [B, V] and [B, n_taps*H], and the unfinished
+# rows), ``takes_any_context_rows`` (True: in eager mode ``commit`` may
 # get the verify's features cut after the longest row's committed ones, fewer rows for the drafter to project).

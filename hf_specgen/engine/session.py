@@ -107,8 +107,10 @@ class DecodingSession:
                                "(last_slots, lengths) for batches")
 
     def gather(self, table: torch.Tensor, first_slots: torch.Tensor, n: int) -> torch.Tensor:
-        """[B, capacity] table -> [B, n]: row b's entries at slots first_slots[b] .. first_slots[b]+n-1."""
-        return table.gather(1, first_slots[:, None] + torch.arange(n, device=self.device))
+        """[B, capacity] table -> [B, n]: row b's entries at slots first_slots[b] .. first_slots[b]+n-1 (slots past the
+        end read the last one: padding rows of a ragged block, never attended)."""
+        slots = first_slots[:, None] + torch.arange(n, device=self.device)
+        return table.gather(1, slots.clamp(max=self.capacity - 1))
 
     def token_block(self, first_slots: torch.Tensor, n: int) -> torch.Tensor:
         return self.gather(self.tokens, first_slots, n)  # [B, n]

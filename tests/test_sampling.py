@@ -8,8 +8,10 @@ import torch
 from scipy.stats import chisquare
 from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
+import hf_specgen
 from hf_specgen.engine.loop import SpeculativeDecoder
 from conftest import make_dflash, make_target
+from test_eagle3 import make_eagle3
 
 
 class GreedySelfProposer:
@@ -62,7 +64,7 @@ def exact_joint(target, prompt, warpers) -> dict[tuple, float]:
     "proposer, sampling",
     [("dflash", dict(temperature=1.0)), ("dflash", dict(temperature=0.7, top_k=4)),
      ("dflash", dict(temperature=1.2, top_p=0.8)), ("greedy-self", dict(temperature=1.0)),
-     ("dflash-tree", dict(temperature=1.0))],
+     ("dflash-tree", dict(temperature=1.0)), ("whiflash", dict(temperature=1.0))],
 )
 def test_sampled_tokens_follow_target_distribution(proposer, sampling):
     target = make_target("qwen3", vocab_size=VOCAB, pad_token_id=None, bos_token_id=None, eos_token_id=None, seed=4)
@@ -85,13 +87,19 @@ def test_sampled_tokens_follow_target_distribution(proposer, sampling):
     oracle = SpeculativeDecoder(target, GreedySelfProposer(target), "test", compile_steps=False)
     # DFlash samples come ROWS at a time: a batch of identical prompts draws each row independently (the batched
     # acceptance is the code under test; test_batch.py checks rows of different prompts).
-    rows = 25 if proposer.startswith("dflash") else 1
+    # WhiFlash too, its rows voting at random (each batch switches between an EAGLE-3 tree and the DFlash block).
+    rows = 25 if proposer != "greedy-self" else 1
+    bundle = hf_specgen.WhiFlash(ar=make_eagle3(target), parallel=drafter, router="random")
     for _ in range(SAMPLES // rows):
         if proposer.startswith("dflash"):  # "dflash-tree": DDTree-style trees of 6 nodes from the same drafter
             tree = {"dflash_tree_nodes": 6} if proposer == "dflash-tree" else {}
             out = target.generate(prompt.repeat(rows, 1), assistant_model=drafter, speculative_mode="dflash",
                                   max_new_tokens=STEPS, do_sample=True, return_dict_in_generate=True, **sampling,
                                   **tree)
+        elif proposer == "whiflash":
+            out = target.generate(prompt.repeat(rows, 1), assistant_model=bundle, speculative_mode="whiflash",
+                                  eagle_top_k=2, eagle_depth=3, eagle_total_tokens=5, max_new_tokens=STEPS,
+                                  do_sample=True, return_dict_in_generate=True, **sampling)
         else:
             out = target.generate(prompt, max_new_tokens=STEPS, do_sample=True, return_dict_in_generate=True,
                                   custom_generate=lambda model, input_ids, logits_processor, stopping_criteria,

@@ -4,7 +4,8 @@ Stock ``generate`` hands the prompt to the model as it is: an empty prompt, floa
 an ``attention_mask`` of another shape fail deep inside the model (a reshape of an empty tensor, an embedding lookup
 out of range) with errors that do not say what to change, and a speculative call can even run on with a mismatched
 mask and return tokens decoded under the wrong one. Here each of them is an error naming the fix, raised before any
-forward. A prompt beyond the model's positions is legal in stock generate (it only warns): it gets the same warning.
+forward. A prompt beyond the model's positions is legal in stock generate (it only warns): the engine gives the same
+warning (``engine/loop.py``, ``StopRule``).
 """
 
 from __future__ import annotations
@@ -12,10 +13,9 @@ from __future__ import annotations
 import torch
 
 
-def check_prompt(model, input_ids: torch.Tensor, generation_config) -> None:
+def check_prompt(model, input_ids: torch.Tensor) -> None:
     """Raise a ``TypeError`` / ``ValueError`` naming the fix for a prompt the model cannot read. (The mask's shape
-    is checked earlier, by ``check_mask_shape``; passing the model's positions warns as stock does, from the
-    engine's ``StopRule``.)"""
+    is checked earlier, by ``check_mask_shape``.)"""
     _check_integer_ids(input_ids)
     _check_not_empty(input_ids)
     _check_in_vocabulary(model, input_ids)

@@ -169,7 +169,7 @@ def _speculative_generate(model, input_ids, logits_processor, stopping_criteria,
         raise ValueError("Speculative modes allocate their own KV caches: do not pass a filled past_key_values.")
     if model_kwargs.get("inputs_embeds") is not None:
         raise ValueError("Speculative modes need input_ids (the drafter embeds tokens): pass input_ids, not inputs_embeds.")
-    check_prompt(model, input_ids, generation_config)
+    check_prompt(model, input_ids)
     return decoder.generate(
         input_ids, model_kwargs.get("attention_mask"), generation_config, logits_processor, stopping_criteria,
         streamer=streamer, max_cache_len=spec.max_cache_len,

@@ -82,15 +82,13 @@ def test_every_compiled_mode_returns_the_stock_tokens():
     target = make_target("qwen3", seed=8)
     small = make_target("qwen3", seed=5, num_hidden_layers=1)
     eagle, dflash = make_eagle3(target), make_dflash(target, block_size=6)
-    bundle = hf_specgen.WhiFlash(ar=eagle, parallel=dflash, router=Alternate(1))
     cases = [dict(assistant_model=small, speculative_mode="classic", num_draft_tokens=4),
              dict(assistant_model=eagle, speculative_mode="eagle3", eagle_top_k=3, eagle_depth=3, eagle_total_tokens=8),
              dict(assistant_model=eagle, speculative_mode="eagle3", eagle_top_k=1, num_draft_tokens=4),
-             dict(assistant_model=bundle, speculative_mode="whiflash", eagle_top_k=1, num_draft_tokens=4),
              dict(assistant_model=dflash, speculative_mode="dflash", dflash_tree_nodes=8)]
-    # Batches of the modes whose rows go their own ways inside drafting: WhiFlash rows voting (ragged catch-ups),
-    # FLy's per-row prompt lookup.
-    batched = [dict(assistant_model=hf_specgen.WhiFlash(ar=eagle, parallel=dflash, router="random"),
+    # Batches of 3 for the modes whose rows go their own ways inside drafting: WhiFlash (three rows voting in turn:
+    # the batch switches drafter every round, catching up ragged backlogs) and FLy's per-row prompt lookup.
+    batched = [dict(assistant_model=hf_specgen.WhiFlash(ar=eagle, parallel=dflash, router=Alternate(1)),
                     speculative_mode="whiflash", eagle_top_k=1, num_draft_tokens=4),
                dict(assistant_model=small, speculative_mode="fly", fly_entropy_threshold=1.0986, num_draft_tokens=6)]
     rng = random.Random(2)

@@ -27,11 +27,19 @@ class GreedySelfProposer:
         self.session = session
 
     def propose(self):
-        prefix = self.session.committed()
+        # Every row's committed tokens, left-padded into one stock batched greedy call: [B, W] blocks.
+        session = self.session
+        rows = [session.row(b)[0] for b in range(session.batch_size)]
+        width = max(len(row) for row in rows)
+        ids = torch.zeros((len(rows), width), dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for b, row in enumerate(rows):
+            ids[b, width - len(row):], mask[b, width - len(row):] = row, 1
         greedy = type(self.target).__mro__[2].generate(  # stock generate, no speculation
-            self.target, prefix, max_new_tokens=self.block_size - 1, do_sample=False, min_new_tokens=self.block_size - 1
+            self.target, ids, attention_mask=mask, max_new_tokens=self.block_size - 1, do_sample=False,
+            min_new_tokens=self.block_size - 1
         )
-        return greedy[0, prefix.shape[1] - 1 :]
+        return greedy[:, width - 1:]
 
     def commit(self, features, n_committed):
         pass
@@ -85,10 +93,10 @@ def test_sampled_tokens_follow_target_distribution(proposer, sampling):
     counts = dict.fromkeys(expected, 0)
     accepted_drafts = 0
     oracle = SpeculativeDecoder(target, GreedySelfProposer(target), "test", compile_steps=False)
-    # DFlash samples come ROWS at a time: a batch of identical prompts draws each row independently (the batched
-    # acceptance is the code under test; test_batch.py checks rows of different prompts).
-    # WhiFlash too, its rows voting at random (each batch switches between an EAGLE-3 tree and the DFlash block).
-    rows = 25 if proposer != "greedy-self" else 1
+    # Samples come ROWS at a time: a batch of identical prompts draws each row independently (the batched acceptance
+    # is the code under test; test_batch.py checks rows of different prompts). WhiFlash's rows vote at random, so its
+    # batches switch between an EAGLE-3 tree and the DFlash block.
+    rows = 25
     bundle = hf_specgen.WhiFlash(ar=make_eagle3(target), parallel=drafter, router="random")
     for _ in range(SAMPLES // rows):
         if proposer.startswith("dflash"):  # "dflash-tree": DDTree-style trees of 6 nodes from the same drafter
@@ -101,7 +109,8 @@ def test_sampled_tokens_follow_target_distribution(proposer, sampling):
                                   eagle_top_k=2, eagle_depth=3, eagle_total_tokens=5, max_new_tokens=STEPS,
                                   do_sample=True, return_dict_in_generate=True, **sampling)
         else:
-            out = target.generate(prompt, max_new_tokens=STEPS, do_sample=True, return_dict_in_generate=True,
+            out = target.generate(prompt.repeat(rows, 1), max_new_tokens=STEPS, do_sample=True,
+                                  return_dict_in_generate=True,
                                   custom_generate=lambda model, input_ids, logits_processor, stopping_criteria,
                                   generation_config, **kw: oracle.generate(input_ids, None, generation_config,
                                                                            logits_processor, stopping_criteria),

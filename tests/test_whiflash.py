@@ -120,14 +120,14 @@ def test_batches_route_by_vote_and_catch_up_ragged_backlogs():
     for lazy in (True, False):
         router = RowVotes()
         bundle = hf_specgen.WhiFlash(ar=eagle, parallel=dflash, router=router, lazy=lazy)
-        drafts, stats = _record_drafts(target, bundle, ids, attention_mask=mask, max_new_tokens=45,
-                                       eos_token_id=None, eagle_top_k=1, num_draft_tokens=4)
-        runs[lazy] = drafts, stats, router.votes
-    (lazy_drafts, lazy_stats, votes), (eager_drafts, eager_stats, _) = runs[True], runs[False]
-    assert lazy_stats.sequences.tolist() == ref.tolist() == eager_stats.sequences.tolist()
-    assert len(set(votes)) == 2 and lazy_stats.speculative_stats.switches >= 3
+        drafts, out = _record_drafts(target, bundle, ids, attention_mask=mask, max_new_tokens=45,
+                                     eos_token_id=None, eagle_top_k=1, num_draft_tokens=4)
+        runs[lazy] = drafts, out, router.votes
+    (lazy_drafts, lazy_out, votes), (eager_drafts, eager_out, _) = runs[True], runs[False]
+    assert lazy_out.sequences.tolist() == ref.tolist() == eager_out.sequences.tolist()
+    assert len(set(votes)) == 2 and lazy_out.speculative_stats.switches >= 3
     assert lazy_drafts == eager_drafts
-    assert max(lazy_stats.speculative_stats.backlog_sizes) > 1
+    assert max(lazy_out.speculative_stats.backlog_sizes) > 1
 
 
 @torch.no_grad()

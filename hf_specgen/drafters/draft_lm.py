@@ -157,7 +157,8 @@ class DraftModelProposer:
                     [histories[b][-1]] * (width - 2 - len(candidates[b])) for b in range(batch)]
             firsts = torch.tensor(checked, device=session.device)
             set_cache_length(self.cache, firsts)
-            predicted = self._rows_step(torch.tensor(rows, device=session.device), session.position_block(firsts, width),
+            ids = torch.tensor(rows, device=session.device)  # [B, width]
+            predicted = self._rows_step(ids, session.position_block(firsts, width),
                                         session.causal_mask(firsts, width)).tolist()  # [B, width]
             self.forward_calls += 1
             for b in range(batch):

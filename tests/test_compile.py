@@ -121,3 +121,24 @@ def test_every_compiled_mode_returns_the_stock_tokens():
     finally:
         torch._dynamo.config.error_on_recompile = False
         torch._dynamo.reset()
+
+
+def test_compiling_raises_dynamos_recompile_limit_and_never_lowers_it():
+    """Every compiled decoder adds graphs of the same step functions and of the target's forward: at dynamo's default
+    limit of 8 a ninth decoder in one process would fail to compile (fullgraph=True)."""
+    import torch._dynamo.config as dynamo_config
+
+    from hf_specgen.engine.graphs import StepRunner
+
+    saved = dynamo_config.recompile_limit, dynamo_config.accumulated_recompile_limit
+    try:
+        dynamo_config.recompile_limit, dynamo_config.accumulated_recompile_limit = 8, 256
+        StepRunner(lambda x: x + 1, False, torch.device("cpu"))  # an eager step leaves them alone
+        assert (dynamo_config.recompile_limit, dynamo_config.accumulated_recompile_limit) == (8, 256)
+        StepRunner(lambda x: x + 1, True, torch.device("cpu"))
+        assert dynamo_config.recompile_limit == 64 and dynamo_config.accumulated_recompile_limit == 1024
+        dynamo_config.recompile_limit = 500
+        StepRunner(lambda x: x + 1, True, torch.device("cpu"))
+        assert dynamo_config.recompile_limit == 500
+    finally:
+        dynamo_config.recompile_limit, dynamo_config.accumulated_recompile_limit = saved

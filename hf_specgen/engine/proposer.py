@@ -35,5 +35,5 @@ class Proposer(Protocol):
 # verified ones), ``forward_calls`` (drafter forwards, for the statistics), ``round_records()`` (per-round lists
 # copied into the statistics, e.g. WhiFlash's drafter per round), ``observe(logits_rows, features_rows, rows)``
 # (routers: the target at each batch row's newest committed token, [B, V] and [B, n_taps*H], and the unfinished
-# rows), ``takes_any_context_rows`` (True: in eager mode ``commit`` may
-# get the verify's features cut after the longest row's committed ones, fewer rows for the drafter to project).
+# rows), ``takes_any_context_rows`` (True: in eager mode ``commit`` may get the verify's features cut after the
+# longest row's committed ones, fewer rows for the drafter to project).

@@ -90,9 +90,15 @@ def test_rows_that_stop_early_are_padded_like_stock():
                           pad_token_id=0)
     lengths = [int(row.ne(0).sum()) for row in ref[:, ids.shape[1]:]]
     assert len(set(lengths)) > 1  # the rows really do stop at different lengths
+    small = make_target("qwen3", seed=6, num_hidden_layers=1)
+    whiflash = hf_specgen.WhiFlash(ar=make_eagle3(target), parallel=drafter, router="random")
     for mode, assistant, extra in (("dflash", drafter, {}), ("autoregressive", None, {}),
                                    ("eagle3", make_eagle3(target), {"eagle_top_k": 1}),
-                                   ("eagle3", make_eagle3(target), {"eagle_top_k": 3, "eagle_total_tokens": 12})):
+                                   ("eagle3", make_eagle3(target), {"eagle_top_k": 3, "eagle_total_tokens": 12}),
+                                   # finished rows stop voting and add nothing to the backlogs
+                                   ("whiflash", whiflash, {"eagle_top_k": 1, "num_draft_tokens": 4}),
+                                   ("fly", small, {"fly_entropy_threshold": 1.0986, "num_draft_tokens": 6}),
+                                   ("classic", small, {"num_draft_tokens": 5, "draft_confidence_threshold": 0.08})):
         out = target.generate(ids, attention_mask=mask, assistant_model=assistant, speculative_mode=mode,
                               max_new_tokens=40, do_sample=False, eos_token_id=stops, pad_token_id=0, **extra)
         assert out.tolist() == ref.tolist(), (mode, extra)

@@ -9,6 +9,7 @@ from scipy.stats import chisquare
 from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 import hf_specgen
+from hf_specgen.bench.batch_curve import left_padded
 from hf_specgen.engine.loop import SpeculativeDecoder
 from conftest import make_dflash, make_target
 from test_eagle3 import make_eagle3
@@ -29,12 +30,8 @@ class GreedySelfProposer:
     def propose(self):
         # Every row's committed tokens, left-padded into one stock batched greedy call: [B, W] blocks.
         session = self.session
-        rows = [session.row(b)[0] for b in range(session.batch_size)]
-        width = max(len(row) for row in rows)
-        ids = torch.zeros((len(rows), width), dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for b, row in enumerate(rows):
-            ids[b, width - len(row):], mask[b, width - len(row):] = row, 1
+        ids, mask = left_padded([session.row(b) for b in range(session.batch_size)], pad_token_id=0)
+        width = ids.shape[1]
         greedy = type(self.target).__mro__[2].generate(  # stock generate, no speculation
             self.target, ids, attention_mask=mask, max_new_tokens=self.block_size - 1, do_sample=False,
             min_new_tokens=self.block_size - 1

@@ -93,7 +93,6 @@ class StopRule:
         self.max_new_tokens = generation_config.max_length - prompt_len
         # Stock's max-length criterion warns (once per process) when a sequence goes on past the model's positions.
         self.max_length_criterion = MaxLengthCriteria(generation_config.max_length, max_positions)
-        self.max_positions = max_positions
         self.stop_token_ids = _stop_token_ids(generation_config)  # host list, for the output's pad choice
         self.stop_ids = torch.tensor(self.stop_token_ids, dtype=torch.long, device=device)
         self.extra = [c for c in stopping_criteria if not isinstance(c, (EosTokenCriteria, MaxLengthCriteria))]
@@ -118,9 +117,10 @@ class StopRule:
         """Stock asks its max-length criterion after every token; the engine judges max_length itself, so it asks the
         criterion about the first length of this round past the model's positions (the criterion reads only the
         length, and warns unless that length ends the call): the same warning under the same condition."""
-        if self.max_positions is None:
+        max_positions = self.max_length_criterion.max_position_embeddings
+        if max_positions is None:
             return
-        first_past = max(longest_before + 1, self.max_positions + 1)
+        first_past = max(longest_before + 1, max_positions + 1)
         if first_past <= longest_after:
             self.max_length_criterion(torch.empty(1, first_past, device="meta"), None)
 
@@ -331,8 +331,7 @@ class SpeculativeDecoder:
                         features = features[:, : max(1, max(numbers[2][b] + 1 for b in active_rows))]
                     self.proposer.commit(features, counts)
                     if observe is not None and still_active:  # each row's newest committed token
-                        device = result.logits.device
-                        rows, newest = torch.arange(batch, device=device), torch.tensor(numbers[2], device=device)
+                        rows, newest = torch.arange(batch, device=result.logits.device), result.n_accepted
                         observe(result.logits[rows, newest], features[rows, newest], still_active)
                     stats.add_round([numbers[2][b] + 1 for b in active_rows], active_rows,
                                     *([numbers[3], numbers[4]] if result.mismatches is not None else []))

@@ -16,6 +16,7 @@ _EXPORTS = {  # public name -> the module that defines it
     "load_drafter": ".loading", "SpecGenMixin": ".mixin", "enable": ".mixin", "release_compiled": ".mixin",
     "DFlashDraftModel": ".models.dflash", "Eagle3DraftModel": ".models.eagle3",
     "WhiFlash": ".models.whiflash", "WhiFlashRouter": ".models.whiflash",
+    "save_costs": ".engine.width_policy", "load_costs": ".engine.width_policy",
     "load_target": ".targets", "prepare_target": ".targets", "embedded_model": ".embedded",
 }
 

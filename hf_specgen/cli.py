@@ -177,6 +177,10 @@ def _add_training_commands(sub, argv: list[str]) -> None:
     prompts.add_argument("--math", type=int, default=600, help="GSM8K training problems (default: 600)")
     prompts.add_argument("--code", type=int, default=600, help="standard-library code requests (default: 600)")
     prompts.add_argument("--general", type=int, default=600, help="general instructions (default: 600)")
+    prompts.add_argument("--code-context", type=int, default=0,
+                         help="tasks over a shown standard-library function (explain, test, document, rewrite)")
+    prompts.add_argument("--long", type=int, default=0, help="summarize / answer from / translate a passage of "
+                         "Python's documentation (long-context kinds)")
     prompts.add_argument("--seed", type=int, default=0)
     prompts.set_defaults(handler=_data_prompts)
 
@@ -334,9 +338,13 @@ def _data_prompts(args) -> None:
 
     from .training.instructions import build_prompts
 
-    records = build_prompts(args.math, args.code, args.general, args.seed)
+    import gzip
+
+    records = build_prompts(args.math, args.code, args.general, args.seed, n_code_context=args.code_context,
+                            n_long=args.long)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out, "w", encoding="utf-8") as handle:
+    opener = gzip.open if args.out.endswith(".gz") else open
+    with opener(args.out, "wt", encoding="utf-8") as handle:
         for record in records:
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
     print(f"wrote {len(records)} prompts to {args.out}: {dict(Counter(r['domain'] for r in records))}")

@@ -42,6 +42,10 @@ class SpeculativeConfig:
                    per-position distributions (root included), verified in one target forward. 0 = the single block.
     dflash_tree_top_k: candidate tokens per block position for those trees; None = N - 1 (no cap); 1 = the block's
                    own chain.
+    adaptive_width: each round verifies the width that pays (the engine's width policy): a prefix of the DFlash block,
+                   or a plain one-token step when no draft pays, from the target's measured verify costs and the
+                   drafter's running acceptance. None = on for "dflash" blocks unless block_size is given (an
+                   explicit width keeps today's fixed behaviour); True / False force it.
     fly_window:    FLy's deferred window W (default 6; 0 disables the window).
     fly_window_convention: "reference" (W counts the mismatched slot; FLy's code) or "vllm" (W counts only the
                    following matches: vLLM's ``fly_window_size``; vLLM W = reference W - 1).
@@ -63,6 +67,7 @@ class SpeculativeConfig:
     eagle_total_tokens: int = 60
     dflash_tree_nodes: int = 0
     dflash_tree_top_k: int | None = None
+    adaptive_width: bool | None = None
     fly_window: int = 6
     fly_window_convention: str = "reference"
     fly_entropy_threshold: float = 0.3
@@ -125,6 +130,11 @@ class SpeculativeConfig:
                              "WhiFlash verify the DFlash block, not trees): drop them or use 'dflash'.")
         if top_k is not None and not nodes:
             raise ValueError("dflash_tree_top_k sizes DFlash trees: also pass dflash_tree_nodes=N.")
+        if self.adaptive_width not in (None, True, False):
+            raise ValueError(f"adaptive_width must be True, False or None (automatic), got {self.adaptive_width!r}.")
+        if self.adaptive_width and (self.mode != "dflash" or nodes):
+            raise ValueError("adaptive_width=True applies to speculative_mode='dflash' with its block (not trees) for "
+                             "now; the other modes verify a fixed width: drop adaptive_width.")
         check_fly_settings(self.fly_window, self.fly_entropy_threshold)
         if self.fly_window_convention not in FLY_WINDOW_CONVENTIONS:
             raise ValueError(f"fly_window_convention must be one of {FLY_WINDOW_CONVENTIONS}, got {self.fly_window_convention!r}.")
@@ -136,6 +146,13 @@ class SpeculativeConfig:
             changed = [f.name for f in fields(self) if f.name.startswith(prefix) and getattr(self, f.name) != f.default]
             if changed and self.mode not in modes:
                 raise ValueError(f"{changed} only apply to speculative_mode in {modes}: drop them or set the mode.")
+
+    @property
+    def adapts_width(self) -> bool:
+        """Whether the call's verify width follows the width policy (see ``adaptive_width``)."""
+        if self.adaptive_width is not None:
+            return self.adaptive_width
+        return self.mode == "dflash" and not self.dflash_tree_nodes and self.block_size is None
 
     def draft_tokens(self) -> int:
         return self.num_draft_tokens or DEFAULT_NUM_DRAFT_TOKENS.get(self.mode, 7)

@@ -32,7 +32,7 @@ from .models.whiflash import WhiFlash
 # from the generation_config, so settings saved with it (generation_config.speculative_mode = "fly", ...) apply.
 _FLAT_KWARGS = {"speculative_mode": "mode", "block_size": "block_size", "num_draft_tokens": "num_draft_tokens",
                 "draft_confidence_threshold": "draft_confidence_threshold",
-                "speculative_compile": "compile", "max_cache_len": "max_cache_len",
+                "speculative_compile": "compile", "max_cache_len": "max_cache_len", "adaptive_width": "adaptive_width",
                 **{name: name for name in SpeculativeConfig.field_names()
                    if name.startswith(("fly_", "eagle_", "dflash_tree_"))}}
 _STOCK_KWARGS = {"max_cache_len"}  # also a stock generate argument: left alone in a non-speculative call
@@ -147,7 +147,8 @@ def _build_decoder(target, assistant_model, spec: SpeculativeConfig) -> Speculat
     if spec.mode == "fly":
         window = reference_window(spec.fly_window, spec.fly_window_convention)
         verifier = FlyVerifier(window, spec.fly_entropy_threshold, spec.fly_sampling_rule)
-    decoder = SpeculativeDecoder(target, proposer, spec.mode, compile_steps, verifier=verifier)
+    decoder = SpeculativeDecoder(target, proposer, spec.mode, compile_steps, verifier=verifier,
+                                 adaptive=spec.adapts_width, drafter=assistant_model)
     if compile_steps:
         target._hf_specgen_decoders = {key: decoder}  # one at a time: caches are big
     return decoder

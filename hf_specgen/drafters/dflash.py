@@ -81,6 +81,7 @@ class DFlashProposer:
         self.cache_margin = self.draft_width
         self._step = StepRunner(self._draft_step, compile_steps, drafter.device)
         self._caches = CachePool(keep=compile_steps)
+        self.verify_widths = {self.draft_width}  # the adaptive loop widens this to its width buckets
 
     def _draft_step(self, block_ids, context_features, positions, mask):
         # block_ids [B, W]; context_features [B, C, n_taps*H]; positions [B, C+W]; mask [B, 1, W, K]
@@ -94,6 +95,7 @@ class DFlashProposer:
                                       session.device)
         session.attach(self.cache)
         self.pending = prompt_features  # [B, P, n_taps*H], cached from slot 0
+        self.pending_counts = None  # [B] committed pending rows when they came from a drafted verify (ragged)
         self.context_start = torch.zeros_like(session.lengths)  # [B] first slot of the pending context rows
         self.forward_calls = 0
         self.block_ids = torch.full((session.batch_size, self.draft_width), self.mask_token_id, dtype=torch.long,
@@ -107,8 +109,9 @@ class DFlashProposer:
         self.block_ids[:, :1] = session.token_block(starts, 1)
         positions = torch.cat([session.position_block(self.context_start, n_ctx), session.position_block(starts, width)],
                               dim=1)  # [B, C+W]
-        # Round 1 has the prompt (any length) as context: run it eagerly; later rounds have exactly W rows.
-        runner = step if n_ctx == width else step.eager
+        # Round 1 has the prompt (any length) as context, a round after plain steps their rows: run those eagerly;
+        # other rounds have the rows of the last verify, W or (adaptive width) a width bucket: one graph each.
+        runner = step if n_ctx in self.verify_widths else step.eager
         set_cache_length(self.cache, self.context_start)  # the pending rows, then the block, are written from here
         mask = session.block_mask(starts, self.context_start + n_ctx, width)
         out = runner(self.block_ids, self.pending, positions, mask)
@@ -135,6 +138,17 @@ class DFlashProposer:
     def commit(self, verify_features: torch.Tensor, n_committed: torch.Tensor) -> None:
         # All W rows go in next round (fixed shape); rows past the committed ones are masked and overwritten.
         self.pending = verify_features
+        self.pending_counts = n_committed
+
+    def commit_plain(self, verify_features: torch.Tensor, n_committed: torch.Tensor) -> None:
+        """A plain step (adaptive width 1: no draft this round) committed the token after the verified one;
+        verify_features [B, 1, n_taps*H] are the target's taps at that verified slot. They join the pending context,
+        which then stays one run of committed rows: the rows of an earlier drafted verify, of which only some were
+        committed, are written into the drafter cache first (``absorb``)."""
+        if self.pending_counts is not None:
+            self.absorb(self.pending, self.pending_counts)
+            self.pending_counts = None
+        self.pending = torch.cat([self.pending, verify_features], dim=1)  # [B, C+1, n_taps*H]
 
 
 class DFlashTreeProposer(DFlashProposer):

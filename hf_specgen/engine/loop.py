@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 import threading
+import time
 from dataclasses import dataclass
 
 import torch
@@ -32,6 +33,8 @@ from .support import attention_layout, check_target
 from .taps import decoder_layers, tapped
 from .tree import TreeProposal, accept_greedy, accept_sampling, compact_path
 from .verify import accept_block, process_block_logits, target_choices
+from .width_policy import (WidthPolicy, carried_acceptance, cost_key, costs_of, keep_acceptance,
+                           measure_verify_costs, width_buckets)
 
 
 @dataclass
@@ -140,9 +143,14 @@ class StopRule:
 class SpeculativeDecoder:
     """Runs speculative generate calls for ``target`` with a proposer (see drafters/)."""
 
-    def __init__(self, target, proposer, mode: str, compile_steps: bool, verifier=None):
+    def __init__(self, target, proposer, mode: str, compile_steps: bool, verifier=None, adaptive: bool = False,
+                 drafter=None):
         self.target = target
         self.proposer = proposer
+        # adaptive: each round's verify width from measured costs and acceptance (width_policy.py); the proposer
+        # drafts its full block and the verify takes a prefix of it, or a plain step (no draft) at width 1.
+        self.adaptive = adaptive
+        self.drafter = drafter  # the acceptance estimate is carried across calls per (target, drafter)
         self.verifier = verifier  # None: lossless acceptance; a FlyVerifier: FLy's loose (lossy) rule
         self.mode = mode
         self.compile_steps = compile_steps
@@ -304,6 +312,7 @@ class SpeculativeDecoder:
                     self.proposer.start(session, prompt_features)
                     if observe is not None:
                         observe(out.logits[:, -1], prompt_features[:, -1], active_rows)
+                policy = self._width_policy(session, show) if self.adaptive and active_rows else None
                 t1 = clock.mark()
 
                 # ---------------- decode rounds
@@ -311,7 +320,18 @@ class SpeculativeDecoder:
                 while active_rows:
                     r0 = clock.mark()
                     show()
-                    draft = self.proposer.propose()  # [B, W] (or [W] at batch 1), or a TreeProposal
+                    round_width = policy.choose() if policy is not None else None
+                    if round_width == 1:  # a plain step: verify the last committed token alone, draft nothing
+                        draft = session.token_block(session.last_slots, 1)
+                    else:
+                        timing = policy is not None and policy.needs_draft_timing and len(rounds) >= 1
+                        if timing:
+                            draft_started = self._synced_time()
+                        draft = self.proposer.propose()  # [B, W] (or [W] at batch 1), or a TreeProposal
+                        if timing:
+                            policy.costs.draft = self._synced_time() - draft_started
+                        if round_width is not None:
+                            draft = (draft if draft.dim() == 2 else draft[None])[:, :round_width]
                     r1 = clock.mark()
                     if isinstance(draft, TreeProposal):
                         result = self._verify_tree(draft, session, logits_processor, do_sample)
@@ -329,7 +349,13 @@ class SpeculativeDecoder:
                     elif features is not None and trims_context:
                         # Eager steps take any number of context rows: hand over only up to the longest commit.
                         features = features[:, : max(1, max(numbers[2][b] + 1 for b in active_rows))]
-                    self.proposer.commit(features, counts)
+                    if round_width == 1:
+                        self.proposer.commit_plain(features, counts)
+                    else:
+                        self.proposer.commit(features, counts)
+                    if policy is not None:
+                        policy.observe(round_width, [numbers[2][b] for b in active_rows])
+                        stats.round_widths.append(round_width)
                     if observe is not None and still_active:  # each row's newest committed token
                         rows, newest = torch.arange(batch, device=result.logits.device), result.n_accepted
                         observe(result.logits[rows, newest], features[rows, newest], still_active)
@@ -348,6 +374,8 @@ class SpeculativeDecoder:
         stats.decode_time = clock.seconds(t1, t2)
         for r0, r1, r2, r3 in rounds:
             stats.add_round_times(clock.seconds(r0, r1), clock.seconds(r1, r2), clock.seconds(r0, r3))
+        if policy is not None:
+            self._learn_costs(policy, stats)
         stats.row_new_tokens = [length - prompt_len for length in session.host_lengths]
         stats.new_tokens = sum(stats.row_new_tokens)
         stats.draft_forwards = getattr(self.proposer, "forward_calls", stats.num_rounds)
@@ -362,6 +390,43 @@ class SpeculativeDecoder:
             logits=tuple(lg[None] for lg in logits_out) if want_logits else None,
             speculative_stats=stats,
         )
+
+    # ------------------------------------------------------------------ the width policy
+    def _synced_time(self) -> float:
+        if self.target.device.type == "cuda":
+            torch.cuda.synchronize()  # only while the policy times the drafter once (first call per cost key)
+        return time.perf_counter()
+
+    def _width_policy(self, session: DecodingSession, show) -> WidthPolicy:
+        """The call's policy: the target's cost table for this device / dtype / batch bucket (measured now, over this
+        call's own cache, if the table lacks a width) and the acceptance carried over from earlier calls."""
+        widths = width_buckets(self.width, self.compile_steps)
+        self.proposer.verify_widths = set(widths)  # the drafter keeps one graph per width its context can have
+        table = costs_of(self.target).table(cost_key(session.device, session.mask_dtype, session.batch_size,
+                                                     self.compile_steps))
+        missing = tuple(w for w in widths if w not in table.verify)
+        if missing:
+            starts = session.last_slots
+            last = session.token_block(starts, 1)
+
+            def run_verify(w):  # writes K/V past the committed slots only; rolled back below
+                show()
+                self._verify(last.expand(-1, w), session.position_block(starts, w), session.verify_mask(starts, w))
+
+            table.verify.update(measure_verify_costs(run_verify, missing, session.device))
+            set_cache_length(self.cache, starts)
+        acceptance = carried_acceptance(self.target, self.drafter, self.width)
+        keep_acceptance(self.target, self.drafter, acceptance)
+        return WidthPolicy(widths, table, acceptance)
+
+    @staticmethod
+    def _learn_costs(policy: WidthPolicy, stats: SpeculativeStats) -> None:
+        """Each round's clock refines the cost of its width (the first round drafts over the whole prompt: its
+        drafting time is not a steady round's)."""
+        for i, width in enumerate(stats.round_widths):
+            verify = stats.round_seconds[i] - stats.round_draft_seconds[i]
+            draft = stats.round_draft_seconds[i] if width > 1 and i > 0 else None
+            policy.costs.learn(width, verify, draft)
 
     @staticmethod
     def _sequences(session: DecodingSession, generation_config, stop: StopRule) -> torch.Tensor:

@@ -31,6 +31,7 @@ class SpeculativeStats:
     rounds: int = 0
     drafter_per_round: list[str] = field(default_factory=list)  # WhiFlash: which drafter proposed each round
     backlog_sizes: list[int] = field(default_factory=list)  # WhiFlash: rows prefilled at each lazy catch-up
+    round_widths: list[int] = field(default_factory=list)  # adaptive width: rows verified each round (1 = plain step)
     round_draft_seconds: list[float] = field(default_factory=list)  # per round: drafting (catch-up included)
     round_seconds: list[float] = field(default_factory=list)  # per round: draft + verify + bookkeeping
     new_tokens: int = 0  # all rows together
@@ -107,6 +108,7 @@ class SpeculativeStats:
             "drafter_per_round": list(self.drafter_per_round),
             "switches": self.switches,
             "backlog_sizes": list(self.backlog_sizes),
+            "round_widths": list(self.round_widths),
             "num_rounds": self.num_rounds,
             "new_tokens": self.new_tokens,
             "row_new_tokens": list(self.row_new_tokens),

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import gzip
 import inspect
 import io
 import json
@@ -865,8 +866,17 @@ def _write_jsonl(path: Path, rows: Iterable[dict]) -> None:
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
-    """Load a JSONL file written by :func:`build_corpus`."""
-    with open(path, encoding="utf-8") as handle:
+    """Records of a JSONL file (``.jsonl`` or ``.jsonl.gz``), or of every finished shard of a dataset folder
+    (``data/*.jsonl.gz``, written by ``specgen data regenerate --shard-size``), in shard order."""
+    path = Path(path)
+    if path.is_dir():
+        shards = sorted((path / "data").glob("*.jsonl.gz"))
+        if not shards:
+            raise ValueError(f"{path} is a folder without data/*.jsonl.gz shards; pass a JSONL file or a dataset "
+                             "folder written by `specgen data regenerate --shard-size`")
+        return [row for shard in shards for row in read_jsonl(shard)]
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as handle:
         return [json.loads(line) for line in handle if line.strip()]
 
 

@@ -9,8 +9,14 @@ benchmark prompt (``tests/test_instructions.py`` proves the sets are disjoint):
 - code: requests built from documented functions and classes of the Python standard library installed here (their
   names, signatures and docstring summaries), in several phrasings.
 - general: requests written by this module from templates and word lists (explanations, advice, short writing,
-  comparisons, summaries and questions over standard-library module descriptions).
+  comparisons), each in one of several styles (length, audience, format).
+- code with context: a function or method of the standard library, its source shown, with a task on it (explain it,
+  test it, document it, rewrite it).
+- long context: passages of Python's own documentation (the language reference topics that ship with every Python
+  in ``pydoc_data``, module and class docstrings), with a task on the passage (summarize it, answer from it, translate
+  part of it).
 
+The standard library's sources, docstrings and ``pydoc_data`` are under the Python Software Foundation License 2.0.
 Every record is ``{"id", "domain", "prompt"}`` (math records also carry ``answer``, the number after ``####``).
 """
 
@@ -22,6 +28,7 @@ import inspect
 import json
 import random
 import re
+import textwrap
 import warnings
 from importlib import resources
 
@@ -57,7 +64,19 @@ TOPICS = (
     "the Roman Empire", "recycling", "social media", "the stock market", "DNA", "the moon landing", "rainbows",
     "earthquakes", "coral reefs", "the printing press", "solar panels", "antibiotics", "bees", "the human heart",
     "tides", "cloud computing", "open source software", "the Olympic Games", "coffee", "chess",
+    "the solar system", "glaciers", "the printing of money", "batteries", "the Silk Road", "ancient Egypt",
+    "the Renaissance", "nutrition", "exercise and the brain", "migration of birds", "rainforests", "deserts",
+    "the scientific method", "prime numbers", "probability", "statistics", "the periodic table", "magnetism",
+    "light and color", "sound waves", "weather forecasts", "hurricanes", "the Industrial Revolution", "the telephone",
+    "airplanes", "bridges", "skyscrapers", "3D printing", "robots in factories", "smartphones", "password security",
+    "databases", "search engines", "video games", "music theory", "jazz", "painting with watercolors", "poetry",
+    "mythology", "philosophy", "ethics in technology", "time zones", "maps", "languages of the world", "tea",
+    "bread baking", "fermentation", "composting", "urban gardening", "public libraries", "museums", "chess openings",
 )
+# A style appended to a general request: the same question asked for other lengths, audiences and formats.
+STYLES = ("", "", " Keep it under 100 words.", " Use a bulleted list.", " Write it for a beginner.",
+          " Use a friendly tone.", " Use a formal tone.", " Answer in one paragraph.", " Include an example.",
+          " Then give a one-sentence summary.", " Number the points.", " Be concise.")
 ACTIVITIES = (
     "learning a new language", "staying focused while studying", "running a first marathon", "saving money",
     "cooking for a large group", "starting a vegetable garden", "writing a cover letter", "giving a presentation",
@@ -177,7 +196,7 @@ def general_prompts(n: int, seed: int = 0) -> list[dict]:
         else:
             words = {"topic": TOPICS, "activity": ACTIVITIES, "thing": THINGS, "creative": SUBJECTS_CREATIVE}[kind]
             prompt = template.format(**{kind: rng.choice(words)})
-        seen.setdefault(prompt)
+        seen.setdefault(prompt + (rng.choice(STYLES) if kind != "passage" else ""))
     return [{"id": f"general-{i}", "domain": "general", "prompt": p} for i, p in enumerate(seen)]
 
 
@@ -195,8 +214,132 @@ def math_prompts(n: int, seed: int = 0) -> list[dict]:
     return rows[:n]
 
 
-def build_prompts(n_math: int, n_code: int, n_general: int, seed: int = 0) -> list[dict]:
-    """The training prompt set, domains interleaved in a seeded order."""
+CODE_CONTEXT_TEMPLATES = (
+    "Explain what this Python function does, step by step:\n\n```python\n{source}```",
+    "Write pytest unit tests for the following Python function:\n\n```python\n{source}```",
+    "Add type hints and a clear docstring to this Python function:\n\n```python\n{source}```",
+    "Rewrite this Python function to make it easier to read, and explain what you changed:\n\n```python\n{source}```",
+    "What are the edge cases this Python function handles? Point to the lines.\n\n```python\n{source}```",
+)
+PASSAGE_TEMPLATES = (
+    "Summarize the following text in two sentences:\n\n{passage}",
+    "Summarize this passage as three bullet points:\n\n{passage}",
+    "Read the passage and explain its main idea to a beginner.\n\n{passage}",
+    "{passage}\n\nBased only on the passage above, what is the most important rule it describes?",
+    "{passage}\n\nWrite two questions that can be answered from this passage, each with its answer.",
+    "Here is an excerpt from the Python documentation:\n\n{passage}\n\nWhat does it say, in plain words?",
+    "List the key terms in this text and define each in one line.\n\n{passage}",
+)
+TRANSLATE_TEMPLATE = "Translate the following text into {language}:\n\n{text}"
+LANGUAGES = ("French", "Spanish", "German", "Italian", "Portuguese", "Dutch")
+
+
+def _sources() -> list[str]:
+    """Sources of standard-library functions and methods of 5 to 40 lines, public and documented (deduplicated)."""
+    out: dict[str, None] = {}
+    for _module_name, _name, member in (m for mod in CODE_MODULES for m in _public_members(mod)):
+        functions = [member] if inspect.isfunction(member) else [
+            f for n, f in sorted(vars(member).items()) if inspect.isfunction(f) and not n.startswith("__")]
+        for function in functions:
+            try:
+                source = inspect.getsource(function)
+            except (OSError, TypeError):
+                continue
+            source = textwrap.dedent(source)
+            if 5 <= source.count("\n") <= 40 and len(source) <= 2000:
+                out.setdefault(source)
+    return list(out)
+
+
+def _documentation_passages() -> list[str]:
+    """Passages of 300-1500 characters of Python's documentation: the language reference topics (paragraphs merged
+    up to the size) and the longer class and module docstrings of CODE_MODULES."""
+    from pydoc_data.topics import topics
+
+    passages = []
+    for name in sorted(topics):
+        paragraphs = [" ".join(p.split()) for p in topics[name].split("\n\n")]
+        paragraphs = [p for p in paragraphs if len(p) > 60 and not p.startswith(("*", "=", "::")) and "::=" not in p]
+        chunk = ""
+        for paragraph in paragraphs:
+            chunk = f"{chunk}\n\n{paragraph}".strip()
+            if len(chunk) >= 300:
+                if len(chunk) <= 1500:
+                    passages.append(chunk)
+                chunk = ""
+    for _module_name, _name, member in (m for mod in CODE_MODULES for m in _public_members(mod)):
+        doc = " ".join((inspect.getdoc(member) or "").split())
+        if 300 <= len(doc) <= 1500 and ">>>" not in doc:
+            passages.append(doc)
+    passages += [text for _module, text in _module_descriptions() if len(text) >= 300]
+    return list(dict.fromkeys(passages))
+
+
+def code_context_prompts(n: int, seed: int = 0) -> list[dict]:
+    """Tasks over a shown piece of standard-library code (the answer refers back to a long context)."""
+    rng = random.Random(f"code-context-{seed}")
+    sources = _sources()
+    pairs = [(s, t) for s in sources for t in CODE_CONTEXT_TEMPLATES]
+    rng.shuffle(pairs)
+    return [{"id": f"code-context-{i}", "domain": "code", "prompt": t.format(source=s)}
+            for i, (s, t) in enumerate(pairs[:n])]
+
+
+def long_context_prompts(n: int, seed: int = 0) -> list[dict]:
+    """Summarize / answer from / translate a passage of Python's documentation; one in five is a translation of
+    one to three sentences of a passage."""
+    rng = random.Random(f"long-{seed}")
+    passages = _documentation_passages()
+    seen: dict[str, None] = {}
+    attempts = 0
+    while len(seen) < n and attempts < 50 * n:
+        attempts += 1
+        passage = rng.choice(passages)
+        if rng.random() < 0.2:
+            sentences = re.split(r"(?<=[.!?])\s+", passage)
+            start = rng.randrange(len(sentences))
+            text = " ".join(sentences[start: start + rng.randint(1, 3)])
+            if len(text) < 40:
+                continue
+            seen.setdefault(TRANSLATE_TEMPLATE.format(language=rng.choice(LANGUAGES), text=text))
+        else:
+            seen.setdefault(rng.choice(PASSAGE_TEMPLATES).format(passage=passage))
+    return [{"id": f"long-{i}", "domain": "long", "prompt": p} for i, p in enumerate(seen)]
+
+
+def build_prompts(n_math: int, n_code: int, n_general: int, seed: int = 0, n_code_context: int = 0,
+                  n_long: int = 0) -> list[dict]:
+    """The training prompt set, domains interleaved in a seeded order (so any prefix of it is a balanced mix)."""
     records = math_prompts(n_math, seed) + code_prompts(n_code, seed) + general_prompts(n_general, seed)
+    if n_code_context:
+        records += code_context_prompts(n_code_context, seed)
+    if n_long:
+        records += long_context_prompts(n_long, seed)
+    records = [r for r in records if not shares_text_with_a_benchmark(r["prompt"])]
     random.Random(f"mix-{seed}").shuffle(records)
     return records
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", text.lower())
+
+
+def word_ngrams(text: str, n: int = 12) -> set[tuple[str, ...]]:
+    """The runs of ``n`` words of a text (lower-cased letters and digits): a shared run marks a shared passage."""
+    words = _words(text)
+    return {tuple(words[i: i + n]) for i in range(len(words) - n + 1)}
+
+
+_BENCHMARK_NGRAMS: set | None = None
+
+
+def shares_text_with_a_benchmark(prompt: str) -> bool:
+    """Whether a prompt shares a run of 12 words with any benchmark prompt (the tiny world's held-out code tasks quote
+    standard-library functions too, so code-with-context prompts could otherwise repeat one)."""
+    global _BENCHMARK_NGRAMS
+    if _BENCHMARK_NGRAMS is None:
+        from ..bench.prompt_sets import PROMPT_SETS, load_prompt_set
+
+        _BENCHMARK_NGRAMS = set().union(*(word_ngrams(row["prompt"]) for name in PROMPT_SETS
+                                          for row in load_prompt_set(name)))
+    return bool(word_ngrams(prompt) & _BENCHMARK_NGRAMS)

@@ -1,0 +1,244 @@
+"""Speculation that never loses: each round's verify width chosen from measured costs and running acceptance.
+
+A round that verifies w rows (the last committed token and w - 1 drafts) commits, in expectation,
+
+    E[c(w)] = 1 + sum_{k=1}^{w-1} prod_{j<=k} p_j          p_j = P(draft j accepted | drafts 1..j-1 accepted)
+
+tokens and costs ``draft + verify(w)`` seconds (a width-1 round drafts nothing: it is a plain decoding step through
+the same engine). The policy picks the width with the most expected tokens per second:
+
+- ``verify(w)`` is measured once per (device, dtype, batch bucket, compiled) on the target's own cache, at each
+  width bucket, and then follows the rounds actually run (an exponential average of their clocks); it is kept on
+  the model (``save_costs`` / ``load_costs`` write and read it, so a Space or a server measures once);
+- ``draft`` is timed on a steady round of the first call and follows the rounds likewise;
+- ``p_j`` are discounted counts over the rounds run (this call's and, decayed, earlier calls' with the same
+  drafter), started from an even prior so a new drafter is tried.
+
+When plain steps win, a probe round drafts after 8 plain rounds, then after 16, 32, up to 64 while probes keep
+failing, at the widest width that costs at most a quarter more than a plain step (so a failed probe wastes little). A
+probe that keeps at least half its drafts means the text changed (code, copying, lists): the old evidence is dropped
+and drafting resumes at once; the estimate then follows the new rounds. Any sequence of widths is
+lossless: the verify of a prefix of the block accepts exactly what the full verify would have, up to that prefix.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+WIDTH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+COMPILED_WIDTH_BUCKETS = (1, 4)  # compiled steps: one graph per width, so fewer widths (the full block is added)
+MEASURE_BUDGET_SECONDS = 1.0  # the one-time cost measurement stops repeating past this
+COST_AVERAGING = 0.2  # weight of a new round's clock in the running cost of its width
+ACCEPTANCE_DECAY = 0.97  # per round: older rounds weigh less, so the estimate follows the text
+CARRIED_WEIGHT = 16.0  # at most this many rounds' worth of evidence carried into the next call
+PRIOR_ACCEPT, PRIOR_WEIGHT = 0.5, 1.0
+FIRST_PROBE_AFTER, LAST_PROBE_AFTER = 8, 64
+
+
+def width_buckets(max_width: int, compiled: bool) -> tuple[int, ...]:
+    """The verify widths a policy chooses among: 1 (plain step), powers of two below the block, the block itself."""
+    buckets = COMPILED_WIDTH_BUCKETS if compiled else WIDTH_BUCKETS
+    return tuple(sorted({w for w in buckets if w < max_width} | {max_width}))
+
+
+def cost_key(device: torch.device, dtype: torch.dtype, batch_size: int, compiled: bool) -> str:
+    bucket = 1 << (batch_size - 1).bit_length()  # 1, 2, 4, 8, ...: one measurement serves nearby batch sizes
+    return f"{device.type}|{str(dtype).removeprefix('torch.')}|batch{bucket}|{'compiled' if compiled else 'eager'}"
+
+
+@dataclass
+class CostTable:
+    """Seconds of one target verify forward of w rows (``verify[w]``, the whole batch) and of one drafter forward."""
+
+    verify: dict[int, float] = field(default_factory=dict)
+    draft: float | None = None
+
+    def learn(self, width: int, verify_seconds: float, draft_seconds: float | None) -> None:
+        old = self.verify.get(width)
+        self.verify[width] = verify_seconds if old is None else old + COST_AVERAGING * (verify_seconds - old)
+        if draft_seconds is not None and self.draft is not None:
+            self.draft += COST_AVERAGING * (draft_seconds - self.draft)
+
+
+class CostModel:
+    """The cost tables of one target, by ``cost_key``; lives on the model (``costs_of``)."""
+
+    def __init__(self, tables: dict[str, CostTable] | None = None):
+        self.tables = tables or {}
+
+    def table(self, key: str) -> CostTable:
+        return self.tables.setdefault(key, CostTable())
+
+    def to_dict(self) -> dict:
+        return {key: {"verify": {str(w): s for w, s in sorted(t.verify.items())}, "draft": t.draft}
+                for key, t in self.tables.items()}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "CostModel":
+        if not isinstance(data, dict):
+            raise ValueError("a cost model file holds a JSON object {key: {'verify': {...}, 'draft': ...}}")
+        return cls({key: CostTable({int(w): float(s) for w, s in entry["verify"].items()}, entry.get("draft"))
+                    for key, entry in data.items()})
+
+
+def costs_of(model) -> CostModel:
+    """The target's cost model (created empty on first use)."""
+    if "_hf_specgen_costs" not in model.__dict__:
+        model.__dict__["_hf_specgen_costs"] = CostModel()
+    return model.__dict__["_hf_specgen_costs"]
+
+
+def save_costs(model, path) -> None:
+    """Write the verify / draft costs measured on ``model`` to a JSON file (``load_costs`` reads it back), so a Space or
+    a server measures once."""
+    Path(path).write_text(json.dumps(costs_of(model).to_dict(), indent=2) + "\n")
+
+
+def load_costs(model, path) -> None:
+    """Give ``model`` the costs saved by ``save_costs`` (the same model, device and dtype): no measurement then."""
+    model.__dict__["_hf_specgen_costs"] = CostModel.from_dict(json.loads(Path(path).read_text()))
+
+
+def measure_verify_costs(run_verify, widths: tuple[int, ...], device: torch.device) -> dict[int, float]:
+    """Seconds of ``run_verify(w)`` for each width: one warm-up at every width (allocations; compiled steps build
+    their graph here), then timed passes, the fastest kept, repeated while the measurement stays within its budget."""
+
+    def timed(w: int) -> float:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        run_verify(w)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - start
+
+    start = time.perf_counter()
+    for w in widths:
+        run_verify(w)
+    best = {w: timed(w) for w in widths}
+    passes = 1
+    while passes < 5 and time.perf_counter() - start + sum(best.values()) <= MEASURE_BUDGET_SECONDS:
+        for w in widths:
+            best[w] = min(best[w], timed(w))
+        passes += 1
+    return best
+
+
+class AcceptanceEstimate:
+    """Discounted per-slot acceptance: slot k (1-based draft position) was reached ``reached[k]`` times and accepted
+    ``accepted[k]`` times (older rounds weigh ACCEPTANCE_DECAY less per round)."""
+
+    def __init__(self, max_width: int):
+        self.reached = [0.0] * max_width
+        self.accepted = [0.0] * max_width
+
+    def rates(self, width: int) -> list[float]:
+        """p_1 .. p_{width-1}. A slot's prior is the rate of the slot before it (an even one for slot 1): acceptance
+        falls along a block, and slots a failing drafter never reaches must not keep a hopeful prior."""
+        rates, prior = [], PRIOR_ACCEPT
+        for k in range(1, width):
+            prior = (self.accepted[k] + prior * PRIOR_WEIGHT) / (self.reached[k] + PRIOR_WEIGHT)
+            rates.append(prior)
+        return rates
+
+    def expected_tokens(self, width: int) -> float:
+        total, reach = 1.0, 1.0
+        for rate in self.rates(width):
+            reach *= rate
+            total += reach
+        return total
+
+    def observe(self, width: int, accepted_per_row: list[int]) -> None:
+        """One round of ``width`` rows: each row accepted its first ``a`` drafts (the rest of the block not)."""
+        for k in range(1, len(self.reached)):
+            self.reached[k] *= ACCEPTANCE_DECAY
+            self.accepted[k] *= ACCEPTANCE_DECAY
+        for a in accepted_per_row:
+            for k in range(1, min(a + 1, width - 1) + 1):
+                self.reached[k] += 1
+                self.accepted[k] += k <= a
+
+    def forget(self) -> None:
+        """Back to the prior: the rounds seen so far say nothing about the text from here on."""
+        self.reached = [0.0] * len(self.reached)
+        self.accepted = [0.0] * len(self.accepted)
+
+    def carried(self) -> "AcceptanceEstimate":
+        """A copy for the next call, its evidence scaled down to at most CARRIED_WEIGHT rounds' worth."""
+        copy = AcceptanceEstimate(len(self.reached))
+        scale = min(1.0, CARRIED_WEIGHT / max(self.reached[1], 1e-9))
+        copy.reached = [r * scale for r in self.reached]
+        copy.accepted = [a * scale for a in self.accepted]
+        return copy
+
+
+def carried_acceptance(target, drafter, max_width: int) -> AcceptanceEstimate:
+    """What earlier calls of ``target`` with ``drafter`` learned (an even prior for a new pair)."""
+    store = target.__dict__.setdefault("_hf_specgen_acceptance", weakref.WeakKeyDictionary())
+    known = store.get(drafter)
+    if known is None or len(known.reached) != max_width:
+        return AcceptanceEstimate(max_width)
+    return known.carried()
+
+
+def keep_acceptance(target, drafter, estimate: AcceptanceEstimate) -> None:
+    target.__dict__.setdefault("_hf_specgen_acceptance", weakref.WeakKeyDictionary())[drafter] = estimate
+
+
+class WidthPolicy:
+    """Chooses each round's verify width (see the module docstring). ``widths`` includes 1 (a plain step)."""
+
+    def __init__(self, widths: tuple[int, ...], costs: CostTable, acceptance: AcceptanceEstimate):
+        self.widths = widths
+        self.costs = costs
+        self.acceptance = acceptance
+        self.plain_streak = 0
+        self.probe_after = FIRST_PROBE_AFTER
+        self.probing = False
+
+    @property
+    def needs_draft_timing(self) -> bool:
+        return self.costs.draft is None
+
+    def rate(self, width: int) -> float:
+        """Expected committed tokens per second of a round of ``width`` rows."""
+        draft = 0.0 if width == 1 else self.costs.draft
+        return self.acceptance.expected_tokens(width) / (self.costs.verify[width] + draft)
+
+    def choose(self) -> int:
+        if self.costs.draft is None:  # drafting not yet timed: draft the full block (the timing round)
+            return self.widths[-1]
+        best = max(self.widths, key=self.rate)
+        if best > 1:
+            self.plain_streak = 0
+            if self.probing:  # the probe paid: come back quickly next time plain steps win
+                self.probe_after = FIRST_PROBE_AFTER
+            self.probing = False
+            return best
+        if self.probing:  # the probe did not pay: wait twice as long before the next
+            self.probe_after = min(2 * self.probe_after, LAST_PROBE_AFTER)
+            self.probing = False
+        self.plain_streak += 1
+        if self.plain_streak > self.probe_after:
+            self.plain_streak = 0
+            self.probing = True
+            return self.probe_width()
+        return 1
+
+    def probe_width(self) -> int:
+        """The widest drafting width whose round costs at most 1.25 plain steps (the narrowest, if none does)."""
+        cheap = [w for w in self.widths[1:] if self.costs.verify[w] + self.costs.draft <= 1.25 * self.costs.verify[1]]
+        return max(cheap) if cheap else self.widths[1]
+
+    def observe(self, width: int, accepted_per_row: list[int]) -> None:
+        if width == 1:
+            return
+        if self.probing and 2 * sum(accepted_per_row) >= (width - 1) * len(accepted_per_row):
+            self.acceptance.forget()  # a probe kept half its drafts or more: judge the new text on its own
+        self.acceptance.observe(width, accepted_per_row)

@@ -1,0 +1,208 @@
+"""The width policy (speculation that never loses): exact under any sequence of widths, eager, batched and compiled;
+plain steps when every draft is wrong; drafting again once drafts are right; costs measured once and kept, saved and
+loaded; an explicit block keeps the fixed width."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+import torch._dynamo
+from torch._dynamo.utils import counters
+
+import hf_specgen
+from conftest import make_dflash, make_target, random_prompt
+from hf_specgen.drafters.dflash import DFlashProposer
+from hf_specgen.engine import width_policy
+from hf_specgen.engine.width_policy import AcceptanceEstimate, CostTable, WidthPolicy
+from test_batch import padded_batch
+
+
+@pytest.fixture
+def random_widths(monkeypatch):
+    """Every round takes a width drawn at random among the policy's buckets (plain steps included)."""
+    rng = random.Random(3)
+    monkeypatch.setattr(WidthPolicy, "choose", lambda self: rng.choice(self.widths))
+    return rng
+
+
+@pytest.mark.parametrize("family", ["qwen3", "llama"])
+def test_any_sequence_of_widths_returns_the_stock_tokens(family, random_widths):
+    target = make_target(family, seed=7)
+    drafter = make_dflash(target, block_size=8)
+    rng = random.Random(5)
+    for lengths, new in (([13], 40), ([5, 17, 1, 30], 25), ([9, 1, 22, 4], 31)):
+        ids, mask = padded_batch(rng, lengths)
+        ref = target.generate(ids, attention_mask=mask, max_new_tokens=new, do_sample=False, eos_token_id=None)
+        out = target.generate(ids, attention_mask=mask, assistant_model=drafter, speculative_mode="dflash",
+                              max_new_tokens=new, do_sample=False, eos_token_id=None, return_dict_in_generate=True)
+        assert out.sequences.tolist() == ref.tolist()
+        widths = out.speculative_stats.round_widths
+        assert len(widths) == out.speculative_stats.num_rounds and {1, 2, 4, 8} <= set(widths)
+
+
+def test_compiled_width_changes_reuse_one_graph_per_width(monkeypatch):
+    """Compiled: each width bucket (1, 4 and the block) is one verify graph; after the first call has seen every
+    width, changing widths round to round recompiles nothing, and the tokens stay the stock ones."""
+    torch._dynamo.reset()
+    counters.clear()
+    cycle = [8, 4, 1, 1, 4, 8, 1, 8, 4, 4, 1, 8]
+    state = {"round": 0}
+
+    def cycling(self):
+        state["round"] += 1
+        return cycle[state["round"] % len(cycle)]
+
+    monkeypatch.setattr(WidthPolicy, "choose", cycling)
+    target = make_target("qwen3", seed=21)
+    drafter = make_dflash(target, block_size=8)
+    rng = random.Random(0)
+    try:
+        for call, prompt_len in enumerate((12, 37)):
+            prompt = random_prompt(rng, prompt_len)
+            ref = target.generate(prompt, max_new_tokens=40, do_sample=False, eos_token_id=None)
+            out = target.generate(prompt, assistant_model=drafter, speculative_mode="dflash",
+                                  speculative_compile=True, max_new_tokens=40, do_sample=False, eos_token_id=None,
+                                  return_dict_in_generate=True)
+            assert out.sequences.tolist() == ref.tolist()
+            assert set(out.speculative_stats.round_widths) == {1, 4, 8}
+            if call == 0:
+                graphs = counters["stats"]["unique_graphs"]
+                torch._dynamo.config.error_on_recompile = True
+        assert counters["stats"]["unique_graphs"] == graphs
+    finally:
+        torch._dynamo.config.error_on_recompile = False
+        torch._dynamo.reset()
+
+
+def _oracle_after(reference: list[int], switch_at: int):
+    """A DFlashProposer.propose that drafts wrong tokens while fewer than ``switch_at`` tokens are committed, then
+    the target's own greedy continuation (``reference``: prompt + stock greedy tokens). The drafter still runs, so its
+    cache follows the call as usual."""
+    real_propose = DFlashProposer.propose
+
+    def propose(self):
+        block = real_propose(self)  # [1, W]
+        length = self.session.host_lengths[0]
+        upcoming = reference[length: length + block.shape[1] - 1]
+        if length >= switch_at and len(upcoming) == block.shape[1] - 1:
+            block[0, 1:] = torch.tensor(upcoming)
+        else:
+            block[0, 1:] = torch.tensor([(t + 1) % 200 + 3 for t in reference[length: length + block.shape[1] - 1]]
+                                        + [3] * (block.shape[1] - 1 - len(upcoming)))
+        return block
+
+    return propose
+
+
+def test_plain_steps_while_every_draft_is_wrong_then_drafting_once_drafts_are_right(monkeypatch):
+    target = make_target("qwen3", seed=2)
+    drafter = make_dflash(target, block_size=8)
+    prompt = random_prompt(random.Random(4), 10)
+    new = 150
+    reference = target.generate(prompt, max_new_tokens=new, do_sample=False, eos_token_id=None)
+    switch_at = prompt.shape[1] + 70
+    # Equal verify costs at every width and a cheap drafter: a right draft pays at once, a wrong one never.
+    table = CostTable({1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0}, draft=0.1)
+    monkeypatch.setattr(width_policy, "costs_of", lambda model: width_policy.CostModel({"k": table}))
+    monkeypatch.setattr(width_policy.CostModel, "table", lambda self, key: table)
+    monkeypatch.setattr(DFlashProposer, "propose", _oracle_after(reference[0].tolist(), switch_at))
+    monkeypatch.setattr(hf_specgen.engine.loop.SpeculativeDecoder, "_learn_costs", staticmethod(lambda *a: None))
+    out = target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=new,
+                          do_sample=False, eos_token_id=None, return_dict_in_generate=True)
+    assert out.sequences.tolist() == reference.tolist()
+    stats = out.speculative_stats
+    lengths = prompt.shape[1] + 1 + torch.tensor([0] + stats.acceptance_lengths[:-1]).cumsum(0)  # before each round
+    before = [w for w, n in zip(stats.round_widths, lengths.tolist()) if n < switch_at]
+    after = [w for w, n in zip(stats.round_widths, lengths.tolist()) if n >= switch_at]
+    # While every draft is wrong: almost only plain steps, with probes growing apart (8, 16, 32 plain rounds).
+    assert before.count(1) >= 0.85 * len(before)
+    first_plain = before.index(1)
+    assert first_plain <= 8
+    probes = [i for i, w in enumerate(before) if w > 1 and i > first_plain]
+    assert len(probes) >= 2 and all(b - a > 8 for a, b in zip(probes, probes[1:]))
+    # Once drafts are right, the next probe brings drafting back at the full block, and it stays.
+    first_drafting = next(i for i, w in enumerate(after) if w > 1)
+    assert first_drafting <= 64 and after[first_drafting + 1:].count(8) >= 0.8 * len(after[first_drafting + 1:])
+    assert max(stats.acceptance_lengths) == 8
+
+
+def test_a_useless_drafter_falls_back_to_plain_steps_with_measured_costs(qwen3_pair):
+    """No patching: real measured costs, a random drafter. After its first rounds the call runs plain steps, and a
+    second call starts from what the first learned (no timing round, plain from its first round)."""
+    target, drafter = qwen3_pair
+    prompt = random_prompt(random.Random(8), 20)
+    ref = target.generate(prompt, max_new_tokens=60, do_sample=False, eos_token_id=None)
+    widths = []
+    for _ in range(2):
+        out = target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=60,
+                              do_sample=False, eos_token_id=None, return_dict_in_generate=True)
+        assert out.sequences.tolist() == ref.tolist()
+        widths.append(out.speculative_stats.round_widths)
+    assert widths[0].count(1) >= 0.8 * len(widths[0])
+    assert widths[1][0] == 1 and widths[1].count(1) >= 0.9 * len(widths[1])
+
+
+def test_costs_are_measured_once_saved_and_loaded(tmp_path, monkeypatch):
+    target = make_target("llama", seed=3)
+    drafter = make_dflash(target, block_size=8)
+    prompt = random_prompt(random.Random(1), 15)
+    target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=20)
+    tables = width_policy.costs_of(target).tables
+    (key,) = tables
+    assert key == "cpu|float32|batch1|eager" and set(tables[key].verify) == {1, 2, 4, 8}
+    assert tables[key].draft is not None and all(s > 0 for s in tables[key].verify.values())
+    hf_specgen.save_costs(target, tmp_path / "costs.json")
+
+    def no_measuring(*args):
+        raise AssertionError("costs were measured again")
+
+    monkeypatch.setattr(hf_specgen.engine.loop, "measure_verify_costs", no_measuring)
+    target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=20)  # kept on it
+    fresh = make_target("llama", seed=3)
+    hf_specgen.load_costs(fresh, tmp_path / "costs.json")
+    out = fresh.generate(prompt, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=20)
+    assert out.tolist() == target.generate(prompt, max_new_tokens=20, do_sample=False).tolist()
+    # A batch of 3 is another cost key (batch bucket 4): measured then.
+    monkeypatch.undo()
+    rows = torch.cat([prompt] * 3)
+    target.generate(rows, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=10)
+    assert "cpu|float32|batch4|eager" in width_policy.costs_of(target).tables
+
+
+def test_an_explicit_width_keeps_the_fixed_block(qwen3_pair):
+    target, drafter = qwen3_pair
+    prompt = random_prompt(random.Random(2), 9)
+    for kwargs in ({"block_size": 8}, {"adaptive_width": False}):
+        out = target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=30,
+                              return_dict_in_generate=True, **kwargs)
+        assert out.speculative_stats.round_widths == [] and out.speculative_stats.draft_forwards == \
+            out.speculative_stats.num_rounds
+    out = target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=30,
+                          block_size=4, adaptive_width=True, return_dict_in_generate=True)
+    assert set(out.speculative_stats.round_widths) <= {1, 2, 4}
+    with pytest.raises(ValueError, match="adaptive_width=True applies to speculative_mode='dflash'"):
+        target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", dflash_tree_nodes=8,
+                        adaptive_width=True)
+
+
+def test_policy_probes_back_off_and_return():
+    """The schedule itself: plain steps when drafts fail, probes after 8, 16, 32, 64, 64 ... plain rounds, and
+    drafting as soon as a probe's drafts are accepted."""
+    policy = WidthPolicy((1, 2, 4, 8), CostTable({1: 1.0, 2: 1.05, 4: 1.1, 8: 1.3}, draft=0.2), AcceptanceEstimate(8))
+    choices = []
+    for _ in range(300):
+        width = policy.choose()
+        choices.append(width)
+        policy.observe(width, [0])  # every draft wrong
+    drafted = [i for i, w in enumerate(choices) if w > 1]
+    assert drafted[:2] == [0, 1]  # the even prior drafts until the failures outweigh it
+    gaps = [b - a - 1 for a, b in zip(drafted[1:], drafted[2:])]  # plain rounds between probes
+    assert gaps[:4] == [8, 16, 32, 64] and set(gaps[4:]) == {64}
+    while (width := policy.choose()) == 1:
+        pass
+    for _ in range(3):  # the probe and the rounds after it draft right
+        policy.observe(width, [width - 1])
+        width = policy.choose()
+    assert width == 8

@@ -12,8 +12,8 @@ import hf_specgen
 
 tokenizer = AutoTokenizer.from_pretrained(hf_specgen.embedded_model("specgen-tiny"))
 target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained(hf_specgen.embedded_model("specgen-tiny"),
-                                                                dtype=torch.float32))
-eagle = hf_specgen.load_drafter(hf_specgen.embedded_model("specgen-tiny-eagle3"), dtype=torch.float32)
+                                                                dtype=hf_specgen.auto_dtype()))
+eagle = hf_specgen.load_drafter(hf_specgen.embedded_model("specgen-tiny-eagle3"), dtype=hf_specgen.auto_dtype())
 
 messages = [{"role": "user", "content": "Complete this function:\ndef add(a, b):"}]
 input_ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",

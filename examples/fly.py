@@ -13,9 +13,9 @@ import hf_specgen
 
 tokenizer = AutoTokenizer.from_pretrained(hf_specgen.embedded_model("specgen-tiny"))
 target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained(hf_specgen.embedded_model("specgen-tiny"),
-                                                                dtype=torch.float32))
-draft_lm = AutoModelForCausalLM.from_pretrained(hf_specgen.embedded_model("specgen-tiny-draft"), dtype=torch.float32)
-dflash = hf_specgen.load_drafter(hf_specgen.embedded_model("specgen-tiny-dflash-b16"), dtype=torch.float32)
+                                                                dtype=hf_specgen.auto_dtype()))
+draft_lm = AutoModelForCausalLM.from_pretrained(hf_specgen.embedded_model("specgen-tiny-draft"), dtype=hf_specgen.auto_dtype())
+dflash = hf_specgen.load_drafter(hf_specgen.embedded_model("specgen-tiny-dflash-b16"), dtype=hf_specgen.auto_dtype())
 
 messages = [{"role": "user", "content": "Write a short story about a lighthouse."}]
 input_ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",

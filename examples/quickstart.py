@@ -28,15 +28,15 @@ def load_models():
             print(f"The Hub could not be reached ({str(error).splitlines()[0]}): using the embedded models.")
     else:
         print("No GPU here: using the models embedded in hf_specgen instead of Qwen3-8B.")
-    if is_prepared("smollm2-135m-instruct"):  # fp32: CPUs without bf16 matrix units verify ~10x slower in bf16
-        target, tokenizer = hf_specgen.load_target("smollm2-135m-instruct", dtype=torch.float32)
+    if is_prepared("smollm2-135m-instruct"):  # auto_dtype: bf16 only where the CPU has bf16 units
+        target, tokenizer = hf_specgen.load_target("smollm2-135m-instruct", dtype=hf_specgen.auto_dtype())
         draft = hf_specgen.load_drafter(hf_specgen.embedded_model("smollm2-135m-instruct-dflash-b16"),
-                                        dtype=torch.float32)
+                                        dtype=hf_specgen.auto_dtype())
         return tokenizer, target, draft, "cpu"
     print("(SmolLM2-135M-Instruct is not prepared: `specgen prepare` installs it; using the 8M-parameter tiny world.)")
     folder = hf_specgen.embedded_model("specgen-tiny")
-    target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32))
-    draft = hf_specgen.load_drafter(hf_specgen.embedded_model("specgen-tiny-dflash-b16"), dtype=torch.float32)
+    target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained(folder, dtype=hf_specgen.auto_dtype()))
+    draft = hf_specgen.load_drafter(hf_specgen.embedded_model("specgen-tiny-dflash-b16"), dtype=hf_specgen.auto_dtype())
     return AutoTokenizer.from_pretrained(folder), target, draft, "cpu"
 
 

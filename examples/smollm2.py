@@ -17,7 +17,7 @@ import hf_specgen
 
 WORLD = "smollm2-135m-instruct"
 
-target, tokenizer = hf_specgen.load_target(WORLD, dtype=torch.float32)  # enable() already applied
+target, tokenizer = hf_specgen.load_target(WORLD, dtype=hf_specgen.auto_dtype())  # enable() already applied
 messages = [{"role": "user", "content": "Write a Python function that returns the n-th Fibonacci number."}]
 input_ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
                                           return_dict=True)["input_ids"]
@@ -37,14 +37,14 @@ print(f"\nstock generate: {new_tokens / seconds:.1f} tokens/s")
 
 for mode, folder in (("dflash", f"{WORLD}-dflash-b16"), ("eagle3", f"{WORLD}-eagle3"),
                      ("whiflash", f"{WORLD}-whiflash")):
-    assistant = hf_specgen.load_drafter(hf_specgen.embedded_model(folder), dtype=torch.float32)
+    assistant = hf_specgen.load_drafter(hf_specgen.embedded_model(folder), dtype=hf_specgen.auto_dtype())
     out, seconds = timed(assistant_model=assistant, speculative_mode=mode)
     lengths = out.speculative_stats.acceptance_lengths
     print(f"{mode:9s} identical to stock: {torch.equal(out.sequences, reference.sequences)}, "
           f"{sum(lengths) / len(lengths):.2f} tokens per target forward, {new_tokens / seconds:.1f} tokens/s")
 
 # FLy is lossy: it may keep draft tokens the target would not have chosen; it says how often.
-dflash = hf_specgen.load_drafter(hf_specgen.embedded_model(f"{WORLD}-dflash-b16"), dtype=torch.float32)
+dflash = hf_specgen.load_drafter(hf_specgen.embedded_model(f"{WORLD}-dflash-b16"), dtype=hf_specgen.auto_dtype())
 out, seconds = timed(assistant_model=dflash, speculative_mode="fly")
 stats = out.speculative_stats
 print(f"fly       (lossy) identical to stock: {torch.equal(out.sequences, reference.sequences)}, "

@@ -6,15 +6,14 @@ Offline on a CPU with the embedded tiny world and its DFlash drafter. Any `BaseS
 (`TextIteratorStreamer` for a web server, as the Space in space/app.py does).
 """
 
-import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, TextStreamer
 
 import hf_specgen
 
 tokenizer = AutoTokenizer.from_pretrained(hf_specgen.embedded_model("specgen-tiny"))
 target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained(hf_specgen.embedded_model("specgen-tiny"),
-                                                                dtype=torch.float32))
-dflash = hf_specgen.load_drafter(hf_specgen.embedded_model("specgen-tiny-dflash-b16"), dtype=torch.float32)
+                                                                dtype=hf_specgen.auto_dtype()))
+dflash = hf_specgen.load_drafter(hf_specgen.embedded_model("specgen-tiny-dflash-b16"), dtype=hf_specgen.auto_dtype())
 
 messages = [{"role": "user", "content": "Complete this function:\ndef mean(values):"}]
 input_ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",

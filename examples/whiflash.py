@@ -13,8 +13,8 @@ import hf_specgen
 
 tokenizer = AutoTokenizer.from_pretrained(hf_specgen.embedded_model("specgen-tiny"))
 target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained(hf_specgen.embedded_model("specgen-tiny"),
-                                                                dtype=torch.float32))
-bundle = hf_specgen.load_drafter(hf_specgen.embedded_model("specgen-tiny-whiflash"), dtype=torch.float32)
+                                                                dtype=hf_specgen.auto_dtype()))
+bundle = hf_specgen.load_drafter(hf_specgen.embedded_model("specgen-tiny-whiflash"), dtype=hf_specgen.auto_dtype())
 
 messages = [{"role": "user", "content": "Solve: 7 * 6"}]
 input_ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",

@@ -59,7 +59,8 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = Parser(prog="specgen", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, help_text in (("compare", "quick side-by-side on the tiny world: autoregressive vs dflash, texts shown"),
+    for name, help_text in (("compare", "side by side, texts shown: stock generate vs DFlash on the real target once prepared "
+                                     "(`specgen prepare`), else the tiny world"),
                             ("bench", "benchmark every method on the same prompts: table, JSON and PNG")):
         p = sub.add_parser(name, help=help_text)
         p.add_argument("--target", help="target model folder, Hub id, or a packaged target's name "

@@ -24,6 +24,7 @@ from .engine.fly import FlyVerifier, reference_window
 from .engine.loop import SpeculativeDecoder
 from .inputs import check_mask_shape, check_prompt
 from .loading import as_dflash_drafter, is_dflash_drafter
+from .targets import warn_if_bf16_is_emulated
 from .drafters.whiflash import WhiFlashProposer
 from .models.eagle3 import Eagle3DraftModel
 from .models.whiflash import WhiFlash
@@ -136,6 +137,8 @@ def _check_drafter(target, assistant_model, spec: SpeculativeConfig) -> None:
 
 def _build_decoder(target, assistant_model, spec: SpeculativeConfig) -> SpeculativeDecoder:
     _check_drafter(target, assistant_model, spec)
+    if spec.mode != "autoregressive":
+        warn_if_bf16_is_emulated(target)
     # Compiled decoders are kept on the target so later calls reuse their graphs.
     compile_steps = should_compile(spec.compile, target.device)
     key = (id(assistant_model), dataclasses.astuple(spec), compile_steps)

@@ -58,7 +58,7 @@ def test_a_top1_tree_of_block_size_nodes_is_the_block_chain_round_for_round(draf
     try:
         settings = dict(assistant_model=drafter, speculative_mode="dflash", max_new_tokens=40, do_sample=False,
                         eos_token_id=None, return_dict_in_generate=True)
-        chain = target.generate(prompt, **settings)
+        chain = target.generate(prompt, adaptive_width=False, **settings)  # the block every round, as a tree's
         tree = target.generate(prompt, dflash_tree_nodes=8, dflash_tree_top_k=1, **settings)
     finally:
         for (cls, name), fn in originals.items():

@@ -126,7 +126,7 @@ def test_rollback_never_reallocates(qwen3_pair):
 
     Decoder._verify_step = spying
     try:
-        out = target.generate(random_prompt(random.Random(1), 9), assistant_model=drafter, speculative_mode="dflash",
+        out = target.generate(random_prompt(random.Random(1), 9), assistant_model=drafter, speculative_mode="dflash", adaptive_width=False,
                               max_new_tokens=60, do_sample=False, eos_token_id=None, return_dict_in_generate=True)
     finally:
         Decoder._verify_step = original

@@ -158,3 +158,48 @@ def test_cli_help_imports_no_torch_and_shows_defaults():
     assert "(default: [4, 6, 16])" in bench and "--quick" in bench
     assert "default: 0" in subprocess.run([sys.executable, "-m", "hf_specgen.cli", "train", "dflash", "--help"],
                                           capture_output=True, text=True, timeout=120).stdout
+
+
+def test_auto_dtype_follows_the_cpu_and_bf16_on_an_emulating_cpu_warns_once(monkeypatch):
+    """`auto` is fp32 on a CPU without bf16 units and bf16 with them, for every world (bench/compare included); a
+    speculative call in bf16 on the first kind warns once, naming the fix."""
+    from types import SimpleNamespace
+
+    from hf_specgen.bench.runner import apply_world_defaults
+
+    for fast, expected in ((False, torch.float32), (True, torch.bfloat16)):
+        monkeypatch.setattr(targets, "cpu_runs_bf16_fast", lambda fast=fast: fast)
+        assert hf_specgen.auto_dtype("cpu") is expected
+        args = SimpleNamespace(synthetic=None, target=None, prompts=None, categories=None, dtype="auto",
+                               device="cpu", command="compare")
+        monkeypatch.setattr("hf_specgen.bench.runner.resolve_world", lambda args: "tiny")
+        apply_world_defaults(args)
+        assert args.dtype == ("bf16" if fast else "fp32")
+    assert hf_specgen.auto_dtype("cuda") is torch.bfloat16
+    monkeypatch.setattr(targets, "cpu_runs_bf16_fast", lambda: False)
+    monkeypatch.setattr(targets, "_WARNED_SLOW_BF16", False)
+    target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.bfloat16))
+    drafter = hf_specgen.load_drafter(TINY_DFLASH, dtype=torch.bfloat16)
+    ids = torch.tensor([[5, 6, 7, 8]])
+    with pytest.warns(UserWarning, match="no bf16 units") as record:
+        target.generate(ids, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=4)
+        target.generate(ids, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=4)
+    assert sum("no bf16 units" in str(w.message) for w in record) == 1
+
+
+def test_our_own_calls_raise_no_deprecation_warnings_on_the_installed_transformers():
+    """Every mode, and the Hub drafter's spec_generate, pass the cache under the keyword the installed transformers
+    takes (`cache` where it renamed `past_key_values`): no FutureWarning from our side."""
+    import warnings
+
+    target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32))
+    drafter = hf_specgen.load_drafter(TINY_DFLASH, dtype=torch.float32)
+    small = AutoModelForCausalLM.from_pretrained(ROOT / "hub_models" / "specgen-tiny-draft", dtype=torch.float32)
+    ids = torch.tensor([[5, 6, 7, 8, 9]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        for kwargs in ({"assistant_model": drafter, "speculative_mode": "dflash"},
+                       {"speculative_mode": "autoregressive"},
+                       {"assistant_model": small, "speculative_mode": "classic"}):
+            target.generate(ids, max_new_tokens=6, **kwargs)
+        drafter.spec_generate(ids, target, max_new_tokens=6)

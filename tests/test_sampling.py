@@ -97,7 +97,8 @@ def test_sampled_tokens_follow_target_distribution(proposer, sampling):
     bundle = hf_specgen.WhiFlash(ar=make_eagle3(target), parallel=drafter, router="random")
     for _ in range(SAMPLES // rows):
         if proposer.startswith("dflash"):  # "dflash-tree": DDTree-style trees of 6 nodes from the same drafter
-            tree = {"dflash_tree_nodes": 6} if proposer == "dflash-tree" else {}
+            # The fixed block (or tree) every round: acceptance of every slot is under test.
+            tree = {"dflash_tree_nodes": 6} if proposer == "dflash-tree" else {"adaptive_width": False}
             out = target.generate(prompt.repeat(rows, 1), assistant_model=drafter, speculative_mode="dflash",
                                   max_new_tokens=STEPS, do_sample=True, return_dict_in_generate=True, **sampling,
                                   **tree)

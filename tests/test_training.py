@@ -452,6 +452,51 @@ def test_regenerate_resumes_after_a_kill_and_matches_an_uninterrupted_run(mini_w
     assert len(cut.read_text().splitlines()) == 3
 
 
+def test_sharded_regenerate_writes_a_dataset_folder_that_resumes_and_trainers_read(mini_world, tmp_path):
+    """--shard-size: finished shards are compressed and never rewritten; a killed run leaves a partial shard that
+    the next run completes; the folder reads back as the plain file's records, in the prompt file's order."""
+    import gzip
+
+    from hf_specgen.cli import main
+    from hf_specgen.training.corpus import read_jsonl
+
+    args = ["data", "regenerate", "--target", str(mini_world / "target"), "--data", str(mini_world / "prompts.jsonl"),
+            "--max-new-tokens", "6", "--batch-size", "3", "--samples-per-prompt", "0", "--limit", "10"]
+    whole, folder = tmp_path / "whole.jsonl", tmp_path / "dataset"
+    main(args + ["--out", str(whole)])
+    main(args + ["--out", str(folder), "--shard-size", "4"])
+    shards = sorted((folder / "data").glob("*.jsonl.gz"))
+    assert [p.name for p in shards] == ["train-00000.jsonl.gz", "train-00001.jsonl.gz", "train-00002.jsonl.gz"]
+    by_job = {row["job"]: row["response_ids"] for row in read_jsonl(whole)}
+    rows = read_jsonl(folder)
+    assert {row["job"]: row["response_ids"] for row in rows} == by_job and len(rows) == 10
+    # Killed while answering shard 1: its compressed file is gone, two answers sit in partial/.
+    first_two = gzip.decompress(shards[1].read_bytes()).decode().splitlines(keepends=True)[:2]
+    shards[1].unlink()
+    (folder / "partial" / "train-00001.jsonl").write_text("".join(first_two))
+    stamp = shards[0].stat().st_mtime_ns
+    main(args + ["--out", str(folder), "--shard-size", "4"])
+    assert shards[0].stat().st_mtime_ns == stamp  # a finished shard is not rewritten
+    assert read_jsonl(folder) == rows and not list((folder / "partial").iterdir())
+    assert json.loads((folder / "summary.json").read_text())["answer_tokens"] == sum(map(len, by_job.values()))
+
+
+def test_the_committed_distillation_prompts_share_nothing_with_a_benchmark():
+    """The real target's data set: its prompt file (and so every answered shard) is disjoint from every benchmark
+    prompt, in the proportions its card states."""
+    from collections import Counter
+
+    from hf_specgen.training.corpus import read_jsonl
+    from hf_specgen.training.instructions import shares_text_with_a_benchmark
+
+    folder = Path(__file__).resolve().parents[1] / "datasets" / "smollm2-135m-instruct-distill"
+    prompts = read_jsonl(folder / "prompts.jsonl.gz")
+    assert Counter(r["domain"] for r in prompts) == {"math": 7473, "code": 6381, "general": 5000, "long": 5000}
+    assert not [r["id"] for r in prompts if shares_text_with_a_benchmark(r["prompt"])]
+    answered = read_jsonl(folder)
+    assert [r["id"] for r in answered] == [r["id"] for r in prompts[: len(answered)]]
+
+
 def test_chat_examples_use_the_exact_prompt_ids_of_a_real_chat_template(mini_world):
     from transformers import AutoTokenizer
 

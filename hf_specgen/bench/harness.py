@@ -17,6 +17,7 @@ from transformers.generation.streamers import BaseStreamer
 
 from ..engine.cache import set_cache_length, static_cache
 from ..engine.session import DecodingSession
+from ..engine.support import cache_keyword
 from ..engine.taps import HiddenStateTap, decoder_layers
 
 
@@ -140,10 +141,10 @@ def tap_cost(target, layer_ids: list[int], width: int, repeats: int = 30) -> dic
     session = DecodingSession(prompt, None, 64 + 2 * width, width, dtype)
     cache = static_cache(session.capacity, len(decoder_layers(target)), 1, target.device)
     target(input_ids=prompt, position_ids=session.positions[:, :64], attention_mask=session.prefill_mask(),
-           past_key_values=cache, use_cache=True)
+           **{cache_keyword(target): cache}, use_cache=True)
     block = torch.randint(3, target.config.vocab_size - 1, (1, width), device=target.device)
     args = dict(input_ids=block, position_ids=session.positions[:, 64 : 64 + width],
-                attention_mask=session.causal_mask(64, width), past_key_values=cache, use_cache=True)
+                attention_mask=session.causal_mask(64, width), **{cache_keyword(target): cache}, use_cache=True)
 
     def timed(with_taps: bool) -> float:
         samples = []

@@ -25,6 +25,7 @@ import torch
 
 from ..engine.cache import CachePool, set_cache_length
 from ..engine.graphs import StepRunner
+from ..engine.support import cache_keyword
 from ..engine.taps import decoder_layers
 from ..models.eagle3 import Eagle3DraftModel
 from .ngram import ngram_candidates
@@ -68,11 +69,12 @@ class DraftModelProposer:
         self._step = StepRunner(self._draft_step, compile_steps, device)
         self._rows_step = StepRunner(self._draft_rows_step, compile_steps, device)
         self._caches = CachePool(keep=compile_steps)
+        self._cache_key = cache_keyword(draft_model)
 
     def _forward(self, ids, positions, mask):
         # ids [B, n]; positions [B, n]; mask [B, 1, n, K] -> logits [B, n, V]
         return self.draft_model(input_ids=ids, position_ids=positions, attention_mask=mask,
-                                past_key_values=self.cache, use_cache=True).logits
+                                **{self._cache_key: self.cache}, use_cache=True).logits
 
     def _draft_step(self, ids, positions, mask):
         # -> ([B] argmax after the last row, [B] its probability, or None without a confidence threshold)
@@ -95,7 +97,7 @@ class DraftModelProposer:
         if prompt_len > 1:
             self.draft_model(input_ids=session.tokens[:, : prompt_len - 1],
                              position_ids=session.positions[:, : prompt_len - 1],
-                             attention_mask=session.causal_mask(0, prompt_len - 1), past_key_values=self.cache,
+                             attention_mask=session.causal_mask(0, prompt_len - 1), **{self._cache_key: self.cache},
                              use_cache=True)
         self.forward_calls = 0
         self.drafts = torch.zeros((session.batch_size, self.block_size), dtype=torch.long, device=session.device)

@@ -29,7 +29,7 @@ from .cache import CachePool, set_cache_length
 from .graphs import CACHE_BUCKET, StepRunner
 from .session import DecodingSession
 from .stats import RoundClock, SpeculativeStats
-from .support import attention_layout, check_target
+from .support import attention_layout, cache_keyword, check_target
 from .taps import decoder_layers, tapped
 from .tree import TreeProposal, accept_greedy, accept_sampling, compact_path
 from .verify import accept_block, process_block_logits, target_choices
@@ -160,6 +160,7 @@ class SpeculativeDecoder:
         # The prefill needs the logits of the last prompt token only (stock generate asks the same of models that
         # take logits_to_keep): the LM head over every prompt row is a large share of a long prompt's prefill.
         takes = "logits_to_keep" in inspect.signature(target.forward).parameters
+        self._cache_key = cache_keyword(target)
         self._last_logits_only = {"logits_to_keep": 1} if takes else {}
         self._caches = CachePool(keep=compile_steps)
         # A compiled decoder serves every later call on its target (graphs and caches reused): calls take turns.
@@ -169,8 +170,8 @@ class SpeculativeDecoder:
     def _verify_step(self, block_ids, positions, mask):
         # block_ids [B, W]; positions [B, W]; mask [B, 1, W, K] (K: the attended cache slots)
         out = self.target(
-            input_ids=block_ids, position_ids=positions, attention_mask=mask, past_key_values=self.cache, use_cache=True
-        )
+            input_ids=block_ids, position_ids=positions, attention_mask=mask, **{self._cache_key: self.cache},
+            use_cache=True)
         features = self.tap.features() if self.tap is not None else None  # [B, W, n_taps*H]
         return out.logits, features  # [B, W, V]
 
@@ -298,7 +299,7 @@ class SpeculativeDecoder:
                 t0 = clock.mark()
                 show()
                 out = target(input_ids=input_ids, position_ids=session.positions[:, :prompt_len],
-                             attention_mask=session.prefill_mask(), past_key_values=self.cache, use_cache=True,
+                             attention_mask=session.prefill_mask(), **{self._cache_key: self.cache}, use_cache=True,
                              **self._last_logits_only)
                 last_logits = out.logits[:, -1:]  # [B, 1, V]
                 scores = process_block_logits(last_logits, session, input_ids[:, -1:], logits_processor)

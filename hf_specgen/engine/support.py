@@ -25,6 +25,7 @@ model's state about the sequence is per-token K/V in that cache, and attention f
 
 from __future__ import annotations
 
+import inspect
 import threading
 import weakref
 
@@ -37,6 +38,13 @@ RECURRENT_LAYER_TYPES = {"linear_attention", "conv", "hybrid", "hybrid_sliding",
 # Module class names of layers that carry a recurrent state (checked for types whose config has no layer_types).
 RECURRENT_MODULE_MARKERS = ("Mamba", "Rwkv", "RWKV", "xLSTM", "Xlstm", "Recurrent", "RgLru", "RGLRU",
                             "GatedDeltaNet", "LinearAttention", "ShortConv", "Ssm", "SSM")
+
+
+def cache_keyword(model) -> str:
+    """The keyword a model's forward takes its KV cache under: ``cache`` in the transformers releases that renamed it
+    (there ``past_key_values`` still works but warns that it is deprecated), ``past_key_values`` before them (5.17)."""
+    forward = getattr(model, "forward", model)
+    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
 def text_config(model):
@@ -185,10 +193,11 @@ def _probe(model) -> str | None:
         reference = model(input_ids=tokens[None]).logits[0, 3:].float()  # [3, V]
         session = DecodingSession(tokens[None], None, 16, 3, dtype, attention_layout(model))
         cache = static_cache(16, len(decoder_layers(model)), 1, device)
+        key = cache_keyword(model)
         model(input_ids=tokens[None, :3], position_ids=session.positions[:, :3], attention_mask=session.verify_mask(0, 3),
-              past_key_values=cache, use_cache=True)
+              **{key: cache}, use_cache=True)
         ours = model(input_ids=tokens[None, 3:], position_ids=session.positions[:, 3:6],
-                     attention_mask=session.verify_mask(3, 3), past_key_values=cache, use_cache=True).logits[0].float()
+                     attention_mask=session.verify_mask(3, 3), **{key: cache}, use_cache=True).logits[0].float()
         tolerance = 1e-3 if dtype == torch.float32 else 5e-2
         relative_error = float((ours - reference).abs().max() / reference.abs().max().clamp(min=1e-6))
         reason = None if relative_error <= tolerance else (

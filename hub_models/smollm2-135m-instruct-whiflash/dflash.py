@@ -17,6 +17,8 @@ Architecture (DFlash paper; checkpoint names as published by z-lab):
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -312,8 +314,10 @@ class DFlashDraftModel(PreTrainedModel):
                 return torch.multinomial(torch.softmax(logits.float() / temperature, dim=-1), 1).squeeze(-1)
             return logits.argmax(dim=-1)
 
+        # The cache keyword: "cache" where transformers renamed it ("past_key_values" then warns), else the old name.
+        cache_key = "cache" if "cache" in inspect.signature(target.forward).parameters else "past_key_values"
         out = target(input_ids, use_cache=True, output_hidden_states=True)
-        target_cache = out.past_key_values
+        target_cache = out["cache"] if "cache" in out else out.past_key_values
         context = torch.cat([out.hidden_states[i] for i in taps], dim=-1)  # [1, P, n_taps*H]
         tokens = input_ids[0].tolist() + [int(pick(out.logits[0, -1:])[0])]
         prompt_len = input_ids.shape[1]
@@ -327,7 +331,7 @@ class DFlashDraftModel(PreTrainedModel):
             draft = target.lm_head(hidden[:, 1:]).argmax(-1)  # [1, B-1]
             verify_ids = torch.cat([block_ids[:, :1], draft], dim=1)
             out = target(
-                verify_ids, position_ids=positions[:, -block:], past_key_values=target_cache,
+                verify_ids, position_ids=positions[:, -block:], **{cache_key: target_cache},
                 use_cache=True, output_hidden_states=True,
             )
             posterior = pick(out.logits[0])  # [B]

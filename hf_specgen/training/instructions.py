@@ -177,18 +177,29 @@ def code_prompts(n: int, seed: int = 0) -> list[dict]:
     return [{"id": f"code-{i}", "domain": "code", "prompt": p} for i, p in enumerate(dict.fromkeys(prompts))]
 
 
-def general_prompts(n: int, seed: int = 0) -> list[dict]:
-    rng = random.Random(f"general-{seed}")
-    passages = _module_descriptions()
+def _unique_prompts(n: int, draw, domain: str) -> list[dict]:
+    """Up to ``n`` distinct prompts from ``draw()`` (a prompt, or None for a draw to discard), giving up after 50n
+    draws when the templates have no more to give; ids ``{domain}-0``, ``{domain}-1``, ... in the order drawn."""
     seen: dict[str, None] = {}
     attempts = 0
     while len(seen) < n and attempts < 50 * n:
         attempts += 1
+        prompt = draw()
+        if prompt is not None:
+            seen.setdefault(prompt)
+    return [{"id": f"{domain}-{i}", "domain": domain, "prompt": p} for i, p in enumerate(seen)]
+
+
+def general_prompts(n: int, seed: int = 0) -> list[dict]:
+    rng = random.Random(f"general-{seed}")
+    passages = _module_descriptions()
+
+    def draw() -> str:
         template, kind = GENERAL_TEMPLATES[rng.randrange(len(GENERAL_TEMPLATES))]
         if kind == "passage":
             module, passage = rng.choice(passages)
-            prompt = template.format(passage=passage, module=module)
-        elif kind == "person_subject":
+            return template.format(passage=passage, module=module)
+        if kind == "person_subject":
             prompt = template.format(person=rng.choice(PEOPLE), subject=rng.choice(SUBJECTS))
         elif kind == "two_topics":
             first, second = rng.sample(TOPICS, 2)
@@ -196,8 +207,9 @@ def general_prompts(n: int, seed: int = 0) -> list[dict]:
         else:
             words = {"topic": TOPICS, "activity": ACTIVITIES, "thing": THINGS, "creative": SUBJECTS_CREATIVE}[kind]
             prompt = template.format(**{kind: rng.choice(words)})
-        seen.setdefault(prompt + (rng.choice(STYLES) if kind != "passage" else ""))
-    return [{"id": f"general-{i}", "domain": "general", "prompt": p} for i, p in enumerate(seen)]
+        return prompt + rng.choice(STYLES)
+
+    return _unique_prompts(n, draw, "general")
 
 
 def gsm8k_train() -> list[dict]:
@@ -290,21 +302,19 @@ def long_context_prompts(n: int, seed: int = 0) -> list[dict]:
     one to three sentences of a passage."""
     rng = random.Random(f"long-{seed}")
     passages = _documentation_passages()
-    seen: dict[str, None] = {}
-    attempts = 0
-    while len(seen) < n and attempts < 50 * n:
-        attempts += 1
+
+    def draw() -> str | None:
         passage = rng.choice(passages)
-        if rng.random() < 0.2:
-            sentences = re.split(r"(?<=[.!?])\s+", passage)
-            start = rng.randrange(len(sentences))
-            text = " ".join(sentences[start: start + rng.randint(1, 3)])
-            if len(text) < 40:
-                continue
-            seen.setdefault(TRANSLATE_TEMPLATE.format(language=rng.choice(LANGUAGES), text=text))
-        else:
-            seen.setdefault(rng.choice(PASSAGE_TEMPLATES).format(passage=passage))
-    return [{"id": f"long-{i}", "domain": "long", "prompt": p} for i, p in enumerate(seen)]
+        if rng.random() >= 0.2:
+            return rng.choice(PASSAGE_TEMPLATES).format(passage=passage)
+        sentences = re.split(r"(?<=[.!?])\s+", passage)
+        start = rng.randrange(len(sentences))
+        text = " ".join(sentences[start: start + rng.randint(1, 3)])
+        if len(text) < 40:
+            return None
+        return TRANSLATE_TEMPLATE.format(language=rng.choice(LANGUAGES), text=text)
+
+    return _unique_prompts(n, draw, "long")
 
 
 def build_prompts(n_math: int, n_code: int, n_general: int, seed: int = 0, n_code_context: int = 0,

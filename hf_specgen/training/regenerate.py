@@ -221,8 +221,9 @@ def _regenerate_shards(model, tokenizer, records: list[dict], folder: Path, args
                 handle.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
             tmp.rename(final)  # atomic: a shard is either complete or absent
             partial.unlink()
-    summary = _summarize(read_jsonl(folder), {r["prompt"]: r for r in records})
-    summary["answer_tokens"] = sum(len(row["response_ids"]) for row in read_jsonl(folder))
+    rows = read_jsonl(folder)
+    summary = _summarize(rows, {r["prompt"]: r for r in records})
+    summary["answer_tokens"] = sum(len(row["response_ids"]) for row in rows)
     (folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(f"wrote {folder}: {summary}")
 

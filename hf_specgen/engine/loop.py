@@ -33,8 +33,7 @@ from .support import attention_layout, cache_keyword, check_target
 from .taps import decoder_layers, tapped
 from .tree import TreeProposal, accept_greedy, accept_sampling, compact_path
 from .verify import accept_block, process_block_logits, target_choices
-from .width_policy import (WidthPolicy, carried_acceptance, cost_key, costs_of, keep_acceptance,
-                           measure_verify_costs, width_buckets)
+from .width_policy import WidthPolicy, call_acceptance, cost_key, costs_of, measure_verify_costs, width_buckets
 
 
 @dataclass
@@ -416,9 +415,7 @@ class SpeculativeDecoder:
 
             table.verify.update(measure_verify_costs(run_verify, missing, session.device))
             set_cache_length(self.cache, starts)
-        acceptance = carried_acceptance(self.target, self.drafter, self.width)
-        keep_acceptance(self.target, self.drafter, acceptance)
-        return WidthPolicy(widths, table, acceptance)
+        return WidthPolicy(widths, table, call_acceptance(self.target, self.drafter, self.width))
 
     @staticmethod
     def _learn_costs(policy: WidthPolicy, stats: SpeculativeStats) -> None:

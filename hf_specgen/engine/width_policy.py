@@ -31,6 +31,8 @@ from pathlib import Path
 
 import torch
 
+from .support import _remembered
+
 WIDTH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 COMPILED_WIDTH_BUCKETS = (1, 4)  # compiled steps: one graph per width, so fewer widths (the full block is added)
 MEASURE_BUDGET_SECONDS = 1.0  # the one-time cost measurement stops repeating past this
@@ -87,11 +89,14 @@ class CostModel:
                     for key, entry in data.items()})
 
 
+_COSTS: "weakref.WeakKeyDictionary[torch.nn.Module, CostModel]" = weakref.WeakKeyDictionary()
+# target -> {drafter: what the calls of that pair have learned}
+_ACCEPTANCE: "weakref.WeakKeyDictionary[torch.nn.Module, weakref.WeakKeyDictionary]" = weakref.WeakKeyDictionary()
+
+
 def costs_of(model) -> CostModel:
-    """The target's cost model (created empty on first use)."""
-    if "_hf_specgen_costs" not in model.__dict__:
-        model.__dict__["_hf_specgen_costs"] = CostModel()
-    return model.__dict__["_hf_specgen_costs"]
+    """The target's cost model (created empty on first use), remembered beside it like the engine probe."""
+    return _remembered(_COSTS, model, CostModel)
 
 
 def save_costs(model, path) -> None:
@@ -102,7 +107,7 @@ def save_costs(model, path) -> None:
 
 def load_costs(model, path) -> None:
     """Give ``model`` the costs saved by ``save_costs`` (the same model, device and dtype): no measurement then."""
-    model.__dict__["_hf_specgen_costs"] = CostModel.from_dict(json.loads(Path(path).read_text()))
+    _COSTS[model] = CostModel.from_dict(json.loads(Path(path).read_text()))
 
 
 def measure_verify_costs(run_verify, widths: tuple[int, ...], device: torch.device) -> dict[int, float]:
@@ -178,17 +183,14 @@ class AcceptanceEstimate:
         return copy
 
 
-def carried_acceptance(target, drafter, max_width: int) -> AcceptanceEstimate:
-    """What earlier calls of ``target`` with ``drafter`` learned (an even prior for a new pair)."""
-    store = target.__dict__.setdefault("_hf_specgen_acceptance", weakref.WeakKeyDictionary())
-    known = store.get(drafter)
-    if known is None or len(known.reached) != max_width:
-        return AcceptanceEstimate(max_width)
-    return known.carried()
-
-
-def keep_acceptance(target, drafter, estimate: AcceptanceEstimate) -> None:
-    target.__dict__.setdefault("_hf_specgen_acceptance", weakref.WeakKeyDictionary())[drafter] = estimate
+def call_acceptance(target, drafter, max_width: int) -> AcceptanceEstimate:
+    """This call's acceptance estimate: what earlier calls of ``target`` with ``drafter`` learned (an even prior for a
+    new pair), kept as the pair's estimate, so this call's rounds are carried into the next."""
+    by_drafter = _remembered(_ACCEPTANCE, target, weakref.WeakKeyDictionary)
+    known = by_drafter.get(drafter)
+    fresh = known is None or len(known.reached) != max_width
+    by_drafter[drafter] = estimate = AcceptanceEstimate(max_width) if fresh else known.carried()
+    return estimate
 
 
 class WidthPolicy:

@@ -530,7 +530,8 @@ def describe_run(models, args) -> str:
                      "measured costs and the drafter's running acceptance, and falls back to plain steps when no "
                      "draft pays. A drafter whose drafts are rarely accepted therefore runs at about the speed of "
                      "stock generate, not faster (the SmolLM2 drafters shipped today commit ~1.2 tokens a round; "
-                     "docs/real-target.md says why and what is being trained); the tiny world's drafters "
+                     "docs/width-policy.md says how the width is chosen, and the README what is being trained); "
+                     "the tiny world's drafters "
                      "(`--target tiny`) show a speedup.")
     return "\n".join(lines) + "\n"
 

@@ -115,7 +115,7 @@ def _answer(model, tokenizer, jobs: list[tuple[dict, int]], out_path: Path, args
     """Append the answer of every job to ``out_path``, batch by batch (a killed run loses the batch in flight).
     Prompts are batched by length with left padding through stock ``generate``: measured on SmolLM2-135M (batch 64,
     one thread, fp32), stock batched ``generate`` decoded 102 tok/s against 94 for the engine's static-cache
-    autoregressive mode and 38 for transformers' continuous batching on a CPU (docs/training-data.md)."""
+    autoregressive mode and 38 for transformers' continuous batching on a CPU (the data set card, datasets/)."""
     prompts = [tokenizer.apply_chat_template([{"role": "user", "content": r["prompt"]}], tokenize=False,
                                              add_generation_prompt=True) for r, _ in jobs]
     prompt_ids = tokenizer(prompts, add_special_tokens=False)["input_ids"] if prompts else []

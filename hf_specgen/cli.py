@@ -337,12 +337,13 @@ def _prepare(args) -> None:
 def _data_prompts(args) -> None:
     from collections import Counter
 
+    from .bench.prompt_sets import shares_text_with_a_benchmark
     from .training.instructions import build_prompts
 
     import gzip
 
     records = build_prompts(args.math, args.code, args.general, args.seed, n_code_context=args.code_context,
-                            n_long=args.long)
+                            n_long=args.long, exclude=shares_text_with_a_benchmark)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     opener = gzip.open if args.out.endswith(".gz") else open
     with opener(args.out, "wt", encoding="utf-8") as handle:

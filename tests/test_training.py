@@ -487,7 +487,7 @@ def test_the_committed_distillation_prompts_share_nothing_with_a_benchmark():
     from collections import Counter
 
     from hf_specgen.training.corpus import read_jsonl
-    from hf_specgen.training.instructions import shares_text_with_a_benchmark
+    from hf_specgen.bench.prompt_sets import shares_text_with_a_benchmark
 
     folder = Path(__file__).resolve().parents[1] / "datasets" / "smollm2-135m-instruct-distill"
     prompts = read_jsonl(folder / "prompts.jsonl.gz")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import random
+import re
 from importlib import resources
 
 PROMPT_SETS = ("tinyworld", "humaneval", "specbench")
@@ -55,3 +56,22 @@ def pick_prompts(names: list[str], per_category: int, seed: int = 0, skip_first:
             random.Random(f"{seed}-{category}").shuffle(rows)
             picked += rows[skip_first: skip_first + per_category]
     return picked
+
+
+def word_ngrams(text: str, n: int = 12) -> set[tuple[str, ...]]:
+    """The runs of ``n`` words of a text (lower-cased letters and digits): a shared run marks a shared passage."""
+    words = re.findall(r"[a-z0-9]+", text.lower())
+    return {tuple(words[i: i + n]) for i in range(len(words) - n + 1)}
+
+
+_BENCHMARK_NGRAMS: set | None = None
+
+
+def shares_text_with_a_benchmark(prompt: str) -> bool:
+    """Whether a prompt shares a run of 12 words with any benchmark prompt of PROMPT_SETS: training prompts must not
+    (the tiny world's held-out code tasks quote standard-library functions, as code-with-context training prompts do)."""
+    global _BENCHMARK_NGRAMS
+    if _BENCHMARK_NGRAMS is None:
+        _BENCHMARK_NGRAMS = set().union(*(word_ngrams(row["prompt"]) for name in PROMPT_SETS
+                                          for row in load_prompt_set(name)))
+    return bool(word_ngrams(prompt) & _BENCHMARK_NGRAMS)

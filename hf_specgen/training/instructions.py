@@ -318,38 +318,16 @@ def long_context_prompts(n: int, seed: int = 0) -> list[dict]:
 
 
 def build_prompts(n_math: int, n_code: int, n_general: int, seed: int = 0, n_code_context: int = 0,
-                  n_long: int = 0) -> list[dict]:
-    """The training prompt set, domains interleaved in a seeded order (so any prefix of it is a balanced mix)."""
+                  n_long: int = 0, exclude=None) -> list[dict]:
+    """The training prompt set, domains interleaved in a seeded order (so any prefix of it is a balanced mix).
+    ``exclude(prompt) -> bool`` drops prompts (`specgen data prompts` drops those sharing text with a benchmark:
+    ``bench.prompt_sets.shares_text_with_a_benchmark``)."""
     records = math_prompts(n_math, seed) + code_prompts(n_code, seed) + general_prompts(n_general, seed)
     if n_code_context:
         records += code_context_prompts(n_code_context, seed)
     if n_long:
         records += long_context_prompts(n_long, seed)
-    records = [r for r in records if not shares_text_with_a_benchmark(r["prompt"])]
+    if exclude is not None:
+        records = [r for r in records if not exclude(r["prompt"])]
     random.Random(f"mix-{seed}").shuffle(records)
     return records
-
-
-def _words(text: str) -> list[str]:
-    return re.findall(r"[a-z0-9]+", text.lower())
-
-
-def word_ngrams(text: str, n: int = 12) -> set[tuple[str, ...]]:
-    """The runs of ``n`` words of a text (lower-cased letters and digits): a shared run marks a shared passage."""
-    words = _words(text)
-    return {tuple(words[i: i + n]) for i in range(len(words) - n + 1)}
-
-
-_BENCHMARK_NGRAMS: set | None = None
-
-
-def shares_text_with_a_benchmark(prompt: str) -> bool:
-    """Whether a prompt shares a run of 12 words with any benchmark prompt (the tiny world's held-out code tasks quote
-    standard-library functions too, so code-with-context prompts could otherwise repeat one)."""
-    global _BENCHMARK_NGRAMS
-    if _BENCHMARK_NGRAMS is None:
-        from ..bench.prompt_sets import PROMPT_SETS, load_prompt_set
-
-        _BENCHMARK_NGRAMS = set().union(*(word_ngrams(row["prompt"]) for name in PROMPT_SETS
-                                          for row in load_prompt_set(name)))
-    return bool(word_ngrams(prompt) & _BENCHMARK_NGRAMS)

@@ -128,20 +128,34 @@ def test_plain_steps_while_every_draft_is_wrong_then_drafting_once_drafts_are_ri
     assert max(stats.acceptance_lengths) == 8
 
 
-def test_a_useless_drafter_falls_back_to_plain_steps_with_measured_costs(qwen3_pair):
-    """No patching: real measured costs, a random drafter. After its first rounds the call runs plain steps, and a
-    second call starts from what the first learned (no timing round, plain from its first round)."""
-    target, drafter = qwen3_pair
+def test_a_useless_drafter_falls_back_to_plain_steps_with_measured_costs():
+    """No patching: real measured costs, a random drafter. After its first rounds a call runs plain steps; the next
+    call starts from what the first learned (its acceptance evidence, scaled down, and its drafter timing), and falls
+    back as well."""
+    target = make_target("qwen3", seed=12)  # a target of its own: costs learned by no other test
+    drafter = make_dflash(target, block_size=8)
     prompt = random_prompt(random.Random(8), 20)
     ref = target.generate(prompt, max_new_tokens=60, do_sample=False, eos_token_id=None)
-    widths = []
-    for _ in range(2):
+
+    def call():
         out = target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=60,
                               do_sample=False, eos_token_id=None, return_dict_in_generate=True)
         assert out.sequences.tolist() == ref.tolist()
-        widths.append(out.speculative_stats.round_widths)
-    assert widths[0].count(1) >= 0.8 * len(widths[0])
-    assert widths[1][0] == 1 and widths[1].count(1) >= 0.9 * len(widths[1])
+        return out.speculative_stats.round_widths
+
+    first = call()
+    assert first.count(1) >= 0.8 * len(first)
+    learned = width_policy._ACCEPTANCE[target][drafter]
+    assert learned.reached[1] > 0 and learned.accepted[1] <= 0.2 * learned.reached[1]
+    (table,) = width_policy.costs_of(target).tables.values()
+    assert table.draft is not None  # the next call needs no timing round
+    carried = learned.carried()
+    scale = min(1.0, width_policy.CARRIED_WEIGHT / learned.reached[1])
+    assert carried.reached == pytest.approx([r * scale for r in learned.reached])
+    assert carried.accepted == pytest.approx([a * scale for a in learned.accepted])
+    second = call()
+    assert width_policy._ACCEPTANCE[target][drafter] is not learned  # the second call kept its own estimate
+    assert second.count(1) >= 0.8 * len(second)
 
 
 def test_costs_are_measured_once_saved_and_loaded(tmp_path, monkeypatch):

@@ -85,7 +85,9 @@ def main(argv=None) -> int:
                             "has bf16 units (AVX512-BF16, AMX), else fp32 (a 16-token verify runs ~10x slower in "
                             "emulated bf16)")
         p.add_argument("--device", default="cpu")
-        p.add_argument("--block-sizes", type=int, nargs="+", default=[8, 16] if name == "bench" else [16])
+        p.add_argument("--block-sizes", type=int, nargs="+", default=[8, 16] if name == "bench" else None,
+                       help="fixed DFlash widths run beside the default (adaptive-width) DFlash call; compare shows "
+                            "only the default call unless given (its fixed width is then 16)")
         p.add_argument("--num-draft-tokens", type=int, nargs="+", default=[4, 7], help="K values for classic")
         p.add_argument("--dflash-tree-nodes", type=int, nargs="+", default=[], metavar="N",
                        help="also run DDTree-style DFlash trees of these node budgets (largest block size), e.g. "

@@ -14,7 +14,8 @@ def test_compare_prints_side_by_side(capsys):
     assert main(["compare", "--synthetic", "tiny", "--dtype", "fp32", "--num-prompts", "2", "--max-new-tokens", "16"]) == 0
     out = capsys.readouterr().out
     assert "random-weight" in out  # clearly labelled when no trained models are used
-    assert "| autoregressive " in out and "| dflash b16 " in out
+    # The default DFlash call (adaptive width) beside stock; fixed widths only when --block-sizes asks for them.
+    assert "| autoregressive " in out and "| dflash " in out and "dflash b16" not in out
     assert "[identical to autoregressive]" in out and "differs" not in out  # fp32: identical tokens
 
 
@@ -22,7 +23,8 @@ def test_bench_runs_every_method_and_writes_json_and_chart(tmp_path):
     assert main(["bench", "--synthetic", "tiny", "--dtype", "fp32", "--num-prompts", "2", "--max-new-tokens", "12",
                  "--repeats", "2", "--block-sizes", "4", "8", "--num-draft-tokens", "3", "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "results.json").read_text())
-    assert set(report["methods"]) == {"autoregressive", "dflash b4", "dflash b8", "classic k3", "classic k20 conf0.4",
+    assert set(report["methods"]) == {"autoregressive", "dflash", "dflash b4", "dflash b8", "classic k3",
+                                      "classic k20 conf0.4",
                                       "hf assisted",
                                       "hf prompt lookup", "hf dflash", "eagle3 tree 4/6/16",
                                       "whiflash entropy", "whiflash oracle per step (hindsight)"}
@@ -160,8 +162,8 @@ def test_batch_curve_decodes_the_same_prompts_at_every_size(tmp_path, capsys):
                  "--repeats", "1", "--block-sizes", "4", "--num-draft-tokens", "3", "--eagle-tree", "2", "3", "5",
                  "--batch-sizes", "1", "2", "4", "--out", str(tmp_path)]) == 0
     curve = json.loads((tmp_path / "batch_curve.json").read_text())["batch_curve"]
-    assert set(curve) == {"autoregressive", "dflash b4", "classic k3", "classic k20 conf0.4", "eagle3 tree 2/3/5",
-                          "whiflash entropy"}
+    assert set(curve) == {"autoregressive", "dflash", "dflash b4", "classic k3", "classic k20 conf0.4",
+                          "eagle3 tree 2/3/5", "whiflash entropy"}
     for name, points in curve.items():
         assert set(points) == {"1", "2", "4"}, name
         for size, point in points.items():

@@ -79,6 +79,10 @@ def apply_world_defaults(args) -> str | None:
         args.prompts = defaults["prompts"]
         if getattr(args, "command", None) == "compare" and not args.categories:  # a few prompts to read side by side
             args.categories = defaults.get("compare_categories")
+    # Fixed DFlash widths run beside the default call in bench; compare shows them only when asked for.
+    args.fixed_blocks = getattr(args, "block_sizes", None) is not None
+    if not args.fixed_blocks:
+        args.block_sizes = [16]  # the block of the other methods that take one (WhiFlash, FLy, trees)
     if args.dtype == "auto":  # by the device, for every world: bf16 on a GPU or a CPU with bf16 units, else fp32
         from ..targets import preferred_dtype
 
@@ -204,8 +208,11 @@ def build_methods(models: BenchModels, args, longest_prompt: int = 0) -> list[tu
     if compiled:
         methods.append((COMPILED_BASELINE, {**base, "speculative_mode": "autoregressive"}))
     if models.dflash is not None and "dflash" in wanted:
+        # The default call (each round's width chosen by the width policy), then the fixed widths beside it.
+        methods.append(("dflash", {**base, "assistant_model": models.dflash, "speculative_mode": "dflash"}))
         methods += [(f"dflash b{b}", {**base, "assistant_model": models.dflash, "speculative_mode": "dflash",
-                                      "block_size": b}) for b in args.block_sizes]
+                                      "block_size": b})
+                    for b in (args.block_sizes if getattr(args, "fixed_blocks", True) else [])]
         block = max(args.block_sizes)
         methods += [(f"dflash b{block} tree {n}", {**base, "assistant_model": models.dflash,
                                                    "speculative_mode": "dflash", "block_size": block,

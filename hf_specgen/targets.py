@@ -201,6 +201,7 @@ def _convert_gguf(gguf: Path, folder: Path) -> None:
     plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     plain.load_state_dict(loaded.state_dict(), strict=True)
     plain.generation_config = loaded.generation_config
+    _match_special_tokens(tokenizer, loaded.generation_config)
     partial = folder.with_name(folder.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     plain.save_pretrained(partial)
@@ -209,6 +210,18 @@ def _convert_gguf(gguf: Path, folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
     partial.rename(folder)
     (folder / _COMPLETE).write_text(gguf.name + "\n")
+
+
+def _match_special_tokens(tokenizer, generation_config) -> None:
+    """Give the tokenizer the end and padding tokens the GGUF file's model uses. transformers 5.17 reads SmolLM2's
+    GGUF tokenizer with eos ``<|im_start|>`` and no pad token (5.24: ``<|im_end|>`` for both): answers cut at the
+    tokenizer's eos then kept the model's own end token."""
+    eos, pad = generation_config.eos_token_id, generation_config.pad_token_id
+    eos = eos[0] if isinstance(eos, (list, tuple)) else eos
+    if eos is not None and tokenizer.eos_token_id != eos:
+        tokenizer.eos_token = tokenizer.convert_ids_to_tokens(eos)
+    if pad is not None and tokenizer.pad_token_id != pad:
+        tokenizer.pad_token = tokenizer.convert_ids_to_tokens(pad)
 
 
 def resolve_target(name_or_path: str) -> str:

@@ -6,7 +6,9 @@ On CUDA, for random-weight Qwen3 stand-ins (fp32, where every lossless mode must
   2. no recompiles: ten compiled calls with different prompt lengths and max_new_tokens inside one max_cache_len;
   3. host reads per round (the engine's own device-to-host reads: at most one per round);
   4. speed: the shipped tiny world (hub_models/) in bf16, eager and compiled, through `specgen bench --quick`.
-Writes a JSON report (and the bench's files) under --out and exits non-zero if a check fails.
+Writes a JSON report (and the bench's files) under --out, rewritten after every check, and exits non-zero if a check
+fails. Checks not reached within --budget-seconds (or before the run was stopped: SIGTERM from `timeout`) are listed
+in the report as "not_checked", and the exit status is then non-zero too.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -51,6 +54,33 @@ def assistants(drafter, draft_lm, eagle) -> dict[str, tuple]:
     }
 
 
+class Report:
+    """The JSON report, rewritten after every check; a check past the deadline is not started but listed as not
+    checked (with every other check that did not run)."""
+
+    def __init__(self, path: Path, header: dict, budget_seconds: float):
+        self.path, self.header, self.rows = path, header, []
+        self.deadline = time.monotonic() + budget_seconds
+        self.planned: list[str] = []
+
+    def plan(self, names: list[str]) -> None:
+        self.planned += names
+
+    def time_left(self) -> bool:
+        return time.monotonic() < self.deadline
+
+    def add(self, name: str, row: dict) -> None:
+        self.rows.append({"name": name, **row})
+        self.write()
+
+    def write(self) -> None:
+        done = {row["name"] for row in self.rows}
+        failed = [row["name"] for row in self.rows if not row["ok"]]
+        report = {**self.header, "checks": self.rows, "failed": failed,
+                  "not_checked": [name for name in self.planned if name not in done]}
+        self.path.write_text(json.dumps(report, indent=1))
+
+
 def padded(rng, lengths, vocab, device):
     width = max(lengths)
     ids = torch.zeros((len(lengths), width), dtype=torch.long)
@@ -61,30 +91,31 @@ def padded(rng, lengths, vocab, device):
     return ids.to(device), mask.to(device)
 
 
-def check_exactness(target, models, device) -> list[dict]:
-    rows = []
+def check_exactness(report: Report, target, models, device) -> None:
     rng = random.Random(0)
-    for compiled in (False, True):
-        for name, (assistant, extra) in assistants(*models).items():
-            for lengths in ([23], [5, 40, 17, 1]):
-                ids, mask = padded(rng, lengths, target.config.vocab_size, device)
-                ref = target.generate(ids, attention_mask=mask, max_new_tokens=48, do_sample=False)
-                try:
-                    out = target.generate(ids, attention_mask=mask, assistant_model=assistant,
-                                          speculative_compile=compiled, max_new_tokens=48, do_sample=False,
-                                          return_dict_in_generate=True, **extra)
-                    ok = out.sequences.tolist() == ref.tolist()
-                    detail = f"tau {out.speculative_stats.mean_acceptance_length:.2f}"
-                except Exception:  # a crash is a failed check, reported with its traceback
-                    ok, detail = False, traceback.format_exc(limit=3)
-                rows.append({"check": "exact", "mode": name, "compiled": compiled, "batch": len(lengths), "ok": ok,
-                             "detail": detail})
-                print(f"exact  {name:15s} compiled={compiled!s:5s} batch={len(lengths)}  {'ok' if ok else 'FAIL'}  "
-                      f"{detail.splitlines()[-1]}", flush=True)
-    return rows
+    cases = [(compiled, name, lengths) for compiled in (False, True) for name in assistants(*models)
+             for lengths in ([23], [5, 40, 17, 1])]
+    for compiled, name, lengths in cases:
+        assistant, extra = assistants(*models)[name]
+        ids, mask = padded(rng, lengths, target.config.vocab_size, device)
+        if not report.time_left():
+            continue
+        ref = target.generate(ids, attention_mask=mask, max_new_tokens=48, do_sample=False)
+        try:
+            out = target.generate(ids, attention_mask=mask, assistant_model=assistant, speculative_compile=compiled,
+                                  max_new_tokens=48, do_sample=False, return_dict_in_generate=True, **extra)
+            ok = out.sequences.tolist() == ref.tolist()
+            detail = f"tau {out.speculative_stats.mean_acceptance_length:.2f}"
+        except Exception:  # a crash is a failed check, reported with its traceback
+            ok, detail = False, traceback.format_exc(limit=3)
+        report.add(f"exact {name} compiled={compiled} batch={len(lengths)}", {"ok": ok, "detail": detail})
+        print(f"exact  {name:15s} compiled={compiled!s:5s} batch={len(lengths)}  {'ok' if ok else 'FAIL'}  "
+              f"{detail.splitlines()[-1]}", flush=True)
 
 
-def check_recompiles(target, drafter, device) -> dict:
+def check_recompiles(report: Report, target, drafter, device) -> None:
+    if not report.time_left():
+        return
     torch._dynamo.reset()
     counters.clear()
     rng = random.Random(1)
@@ -101,21 +132,21 @@ def check_recompiles(target, drafter, device) -> dict:
         if call == 0:
             graphs_after_first = counters["stats"]["unique_graphs"]
     graphs = counters["stats"]["unique_graphs"]
-    result = {"check": "recompiles", "graphs_after_first_call": graphs_after_first, "graphs_after_ten": graphs,
-              "call_seconds": times, "ok": graphs == graphs_after_first}
+    report.add("recompiles", {"graphs_after_first_call": graphs_after_first, "graphs_after_ten": graphs,
+                              "call_seconds": times, "ok": graphs == graphs_after_first})
     print(f"recompiles: {graphs_after_first} graphs after call 1, {graphs} after call 10; "
           f"call times {[round(t, 3) for t in times]}", flush=True)
-    return result
 
 
-def check_host_reads(target, models, device) -> list[dict]:
+def check_host_reads(report: Report, target, models, device) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from test_batch import HostReads  # the CPU test's counter, run here on CUDA
 
-    rows = []
-    for name, (assistant, extra) in assistants(*models).items():
-        if name not in ONE_READ_PER_ROUND:
+    names = [name for name in assistants(*models) if name in ONE_READ_PER_ROUND]
+    for name in names:
+        if not report.time_left():
             continue
+        assistant, extra = assistants(*models)[name]
         ids, mask = padded(random.Random(2), [10, 25, 4], target.config.vocab_size, device)
         with HostReads() as counter:
             out = target.generate(ids, attention_mask=mask, assistant_model=assistant, speculative_compile=True,
@@ -123,9 +154,20 @@ def check_host_reads(target, models, device) -> list[dict]:
                                   return_dict_in_generate=True, **extra)
         reads, rounds = sum(counter.reads.values()), out.speculative_stats.num_rounds
         # one per round, plus the prefill's, the output's and the prompt check's (as tests/test_batch.py allows)
-        rows.append({"check": "host_reads", "mode": name, "reads": reads, "rounds": rounds, "ok": reads <= rounds + 3})
+        report.add(f"host reads {name}", {"reads": reads, "rounds": rounds, "ok": reads <= rounds + 3})
         print(f"host reads {name:15s} {reads} reads in {rounds} rounds", flush=True)
-    return rows
+
+
+def check_bench(report: Report, out: Path, device) -> None:
+    for compiled in (False, True):
+        if not report.time_left():
+            continue
+        folder = out / ("bench_compiled" if compiled else "bench_eager")
+        command = [sys.executable, "-m", "hf_specgen.cli", "bench", "--quick", "--device", device.type,
+                   "--out", str(folder), *(["--compile"] if compiled else [])]
+        done = subprocess.run(command, capture_output=True, text=True)
+        print(done.stdout[-3000:], done.stderr[-2000:], flush=True)
+        report.add(f"bench compiled={compiled}", {"ok": done.returncode == 0, "command": " ".join(command[1:])})
 
 
 def main():
@@ -133,6 +175,8 @@ def main():
     parser.add_argument("--out", default="gpu_check_results")
     parser.add_argument("--skip-bench", action="store_true")
     parser.add_argument("--device", default="cuda", help="cpu: a dry run of the same checks (inductor, no CUDA graphs)")
+    parser.add_argument("--budget-seconds", type=float, default=float("inf"),
+                        help="start no check after this many seconds; the rest are reported as not checked")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -145,28 +189,32 @@ def main():
     import transformers
 
     name = torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu"
-    report = {"torch": torch.__version__, "transformers": transformers.__version__, "device": name, "checks": []}
-    print(json.dumps({k: v for k, v in report.items() if k != "checks"}), flush=True)
-    target, drafter, draft_lm, eagle = (m.to(device) for m in synthetic_pair("tiny", block_size=8,
-                                                                             dtype=torch.float32))
-    models = (drafter, draft_lm, eagle)
-    report["checks"] += check_exactness(target, models, device)
-    report["checks"].append(check_recompiles(target, drafter, device))
-    report["checks"] += check_host_reads(target, models, device)
-    if not args.skip_bench:
-        for compiled in (False, True):
-            folder = out / ("bench_compiled" if compiled else "bench_eager")
-            command = [sys.executable, "-m", "hf_specgen.cli", "bench", "--quick", "--device", device.type,
-                       "--out", str(folder), *(["--compile"] if compiled else [])]
-            done = subprocess.run(command, capture_output=True, text=True)
-            print(done.stdout[-3000:], done.stderr[-2000:], flush=True)
-            report["checks"].append({"check": "bench", "compiled": compiled, "ok": done.returncode == 0,
-                                     "command": " ".join(command[1:])})
-    failed = [c for c in report["checks"] if not c["ok"]]
-    report["failed"] = len(failed)
-    (out / "gpu_check.json").write_text(json.dumps(report, indent=1))
-    print(f"{len(report['checks']) - len(failed)} checks passed, {len(failed)} failed", flush=True)
-    sys.exit(1 if failed else 0)
+    header = {"torch": torch.__version__, "transformers": transformers.__version__, "device": name}
+    print(json.dumps(header), flush=True)
+    report = Report(out / "gpu_check.json", header, args.budget_seconds)
+    # `timeout` stops a run with SIGTERM: leave the report (with what was not checked) before exiting.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(124))
+    try:
+        target, drafter, draft_lm, eagle = (m.to(device) for m in synthetic_pair("tiny", block_size=8,
+                                                                                 dtype=torch.float32))
+        models = (drafter, draft_lm, eagle)
+        report.plan([f"exact {n} compiled={c} batch={b}" for c in (False, True) for n in assistants(*models)
+                     for b in (1, 4)] + ["recompiles"] + [f"host reads {n}" for n in assistants(*models)
+                                                           if n in ONE_READ_PER_ROUND]
+                    + ([] if args.skip_bench else [f"bench compiled={c}" for c in (False, True)]))
+        check_exactness(report, target, models, device)
+        check_recompiles(report, target, drafter, device)
+        check_host_reads(report, target, models, device)
+        if not args.skip_bench:
+            check_bench(report, out, device)
+    finally:
+        report.write()
+        done = {row["name"] for row in report.rows}
+        missing = [n for n in report.planned if n not in done]
+        failed = [row["name"] for row in report.rows if not row["ok"]]
+        print(f"{len(report.rows) - len(failed)} checks passed, {len(failed)} failed, {len(missing)} not checked"
+              + (f": {', '.join(missing)}" if missing else ""), flush=True)
+    sys.exit(1 if failed or missing else 0)
 
 
 if __name__ == "__main__":

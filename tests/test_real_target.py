@@ -88,6 +88,21 @@ def test_prepared_target_is_smollm2_and_answers_code_in_python(smollm2):
     ids = _chat(tokenizer, "Write a Python function that returns the square of a number.")
     out = target.generate(ids, max_new_tokens=40, do_sample=False)
     assert "def " in tokenizer.decode(out[0, ids.shape[1]:])
+    # The tokenizer ends and pads where the model does (its answers are cut at the tokenizer's eos).
+    assert tokenizer.eos_token == tokenizer.pad_token == "<|im_end|>"
+    assert tokenizer.eos_token_id == target.generation_config.eos_token_id == 2
+
+
+def test_prepare_gives_the_tokenizer_the_models_end_and_pad_tokens(smollm2):
+    """transformers 5.17 reads the GGUF tokenizer with eos <|im_start|> and no pad token (the GPU data run met it):
+    prepare sets both from the model's generation config, whatever the version read."""
+    from transformers import AutoTokenizer
+
+    target, _ = smollm2
+    as_517_reads_it = AutoTokenizer.from_pretrained(targets.target_folder(WORLD))
+    as_517_reads_it.eos_token, as_517_reads_it.pad_token = "<|im_start|>", None
+    targets._match_special_tokens(as_517_reads_it, target.generation_config)
+    assert (as_517_reads_it.eos_token_id, as_517_reads_it.pad_token_id) == (2, 2)
 
 
 PROMPTS = ["Write a Python function that checks whether a number is prime.",

@@ -479,6 +479,14 @@ def test_sharded_regenerate_writes_a_dataset_folder_that_resumes_and_trainers_re
     assert shards[0].stat().st_mtime_ns == stamp  # a finished shard is not rewritten
     assert read_jsonl(folder) == rows and not list((folder / "partial").iterdir())
     assert json.loads((folder / "summary.json").read_text())["answer_tokens"] == sum(map(len, by_job.values()))
+    # --worker K/N: two processes share a run, each answering its own shards (0 and 2, then 1) into one folder.
+    shared = tmp_path / "shared"
+    main(args + ["--out", str(shared), "--shard-size", "4", "--worker", "0/2"])
+    assert sorted(p.name for p in (shared / "data").iterdir()) == ["train-00000.jsonl.gz", "train-00002.jsonl.gz"]
+    main(args + ["--out", str(shared), "--shard-size", "4", "--worker", "1/2"])
+    assert read_jsonl(shared) == rows
+    with pytest.raises(SystemExit):
+        main(args + ["--out", str(shared), "--shard-size", "4", "--worker", "2/2"])
 
 
 def test_the_committed_distillation_prompts_share_nothing_with_a_benchmark():

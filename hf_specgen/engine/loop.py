@@ -17,6 +17,7 @@ that read the sequence (repetition penalty, ...), trees and routers.
 from __future__ import annotations
 
 import inspect
+import statistics
 import threading
 import time
 from dataclasses import dataclass
@@ -329,7 +330,7 @@ class SpeculativeDecoder:
                             draft_started = self._synced_time()
                         draft = self.proposer.propose()  # [B, W] (or [W] at batch 1), or a TreeProposal
                         if timing:
-                            policy.costs.draft = self._synced_time() - draft_started
+                            policy.timed_draft(self._synced_time() - draft_started)
                         if round_width is not None:
                             draft = (draft if draft.dim() == 2 else draft[None])[:, :round_width]
                     r1 = clock.mark()
@@ -413,18 +414,25 @@ class SpeculativeDecoder:
                 show()
                 self._verify(last.expand(-1, w), session.position_block(starts, w), session.verify_mask(starts, w))
 
-            table.verify.update(measure_verify_costs(run_verify, missing, session.device))
+            table.verify.update(measure_verify_costs(run_verify, missing, session.device,
+                                                     warmups=2 if self.compile_steps else 1))
             set_cache_length(self.cache, starts)
         return WidthPolicy(widths, table, call_acceptance(self.target, self.drafter, self.width))
 
     @staticmethod
     def _learn_costs(policy: WidthPolicy, stats: SpeculativeStats) -> None:
-        """Each round's clock refines the cost of its width (the first round drafts over the whole prompt: its
-        drafting time is not a steady round's)."""
+        """The call's median round at each width refines that width's costs (the first round drafts over the whole
+        prompt: its drafting time is not a steady round's)."""
+        verify, draft = {}, {}
         for i, width in enumerate(stats.round_widths):
-            verify = stats.round_seconds[i] - stats.round_draft_seconds[i]
-            draft = stats.round_draft_seconds[i] if width > 1 and i > 0 else None
-            policy.costs.learn(width, verify, draft)
+            verify.setdefault(width, []).append(stats.round_seconds[i] - stats.round_draft_seconds[i])
+            if width > 1 and i > 0:
+                draft.setdefault(width, []).append(stats.round_draft_seconds[i])
+        drafts = [t for times in draft.values() for t in times]
+        for width, times in verify.items():
+            policy.costs.learn(width, statistics.median(times), None)
+        if drafts:
+            policy.costs.learn(0, None, statistics.median(drafts))
 
     @staticmethod
     def _sequences(session: DecodingSession, generation_config, stop: StopRule) -> torch.Tensor:

@@ -9,6 +9,7 @@ tokens the target saw and wrote (any chat template). Answers are appended batch 
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import random
@@ -104,6 +105,8 @@ def _load_target(args):
     args.target = resolve_target(args.target)
     tokenizer = AutoTokenizer.from_pretrained(args.target)
     tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:  # batches need one; the GGUF tokenizer of some transformers versions has none
+        tokenizer.pad_token = tokenizer.eos_token
     if tokenizer.chat_template is None:
         raise ValueError(f"{args.target} has no chat template; regenerate needs one to format prompts")
     model = AutoModelForCausalLM.from_pretrained(args.target, dtype=getattr(torch, args.dtype)).to(args.device).eval()
@@ -178,6 +181,8 @@ def regenerate(args) -> None:
     from tqdm.auto import tqdm
 
     out_path = Path(args.out)
+    if getattr(args, "worker", (0, 1)) != (0, 1) and not args.shard_size:
+        raise ValueError("--worker splits a sharded run; pass --shard-size too")
     if args.shard_size:
         _regenerate_shards(model, tokenizer, records, out_path, args)
         return
@@ -202,12 +207,16 @@ def _regenerate_shards(model, tokenizer, records: list[dict], folder: Path, args
     (folder / "partial").mkdir(exist_ok=True)
     groups = [records[i: i + args.shard_size] for i in range(0, len(records), args.shard_size)]
     per_record = 1 + args.samples_per_prompt
-    finished = [i for i in range(len(groups)) if (folder / "data" / f"train-{i:05d}.jsonl.gz").exists()]
-    with tqdm(total=len(records) * per_record, initial=sum(len(groups[i]) for i in finished) * per_record,
-              desc=f"answering into {folder}/data", unit="resp") as bar:
+    worker, workers = getattr(args, "worker", (0, 1))
+    mine = [i for i in range(len(groups)) if i % workers == worker]
+    finished = [i for i in mine if (folder / "data" / f"train-{i:05d}.jsonl.gz").exists()]
+    with tqdm(total=sum(len(groups[i]) for i in mine) * per_record,
+              initial=sum(len(groups[i]) for i in finished) * per_record,
+              desc=f"answering into {folder}/data" + (f" (worker {worker}/{workers})" if workers > 1 else ""),
+              unit="resp") as bar:
         for index, group in enumerate(groups):
             final = folder / "data" / f"train-{index:05d}.jsonl.gz"
-            if final.exists():
+            if final.exists() or index % workers != worker:
                 continue
             partial = folder / "partial" / f"train-{index:05d}.jsonl"
             done = {row["job"] for row in _read_finished(partial) if "job" in row}
@@ -248,3 +257,17 @@ def add_arguments(parser) -> None:
     parser.add_argument("--no-resume", action="store_true", help="start over instead of adding to an existing --out")
     parser.add_argument("--shard-size", type=int, default=0,
                         help="write a dataset folder: --out/data/train-NNNNN.jsonl.gz, this many prompts a shard")
+    parser.add_argument("--worker", type=_worker, default=(0, 1), metavar="K/N",
+                        help="with --shard-size: answer only the shards whose index is K modulo N, so N processes "
+                             "(or machines) share one run into the same folder (default: 0/1, every shard)")
+
+
+def _worker(text: str) -> tuple[int, int]:
+    """``K/N`` -> (K, N) with 0 <= K < N."""
+    try:
+        k, n = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--worker takes K/N, e.g. 0/4 (got {text!r})") from None
+    if not 0 <= k < n:
+        raise argparse.ArgumentTypeError(f"--worker K/N needs 0 <= K < N (got {text!r})")
+    return k, n

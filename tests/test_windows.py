@@ -58,3 +58,43 @@ def test_windowed_targets_decode_exactly_far_past_their_window(model_type):
         got = target.generate(ids, attention_mask=mask, assistant_model=assistant, speculative_mode=mode,
                               max_new_tokens=16, do_sample=False, eos_token_id=None, **extra)
         assert got.tolist() == expected.tolist(), (model_type, mode, "batch")
+
+
+# Types that window in their own way (issue 28: both decoded wrong tokens once a call crossed the window):
+# Moshi attends a prompt whole but keeps only the last `sliding_window` tokens in its cache; Doge's dynamic mask keeps
+# the `keep_window_size` strongest keys once there are more.
+INSIDE_THE_MODEL = {"moshi": dict(sliding_window=8), "doge": dict(keep_window_size=48)}
+
+
+@pytest.mark.parametrize("model_type", list(INSIDE_THE_MODEL))
+def test_targets_that_window_inside_the_model_decode_exactly_or_are_refused(model_type):
+    """Prompts on both sides of the window, several seeds: every call gives stock's tokens or is refused before
+    decoding with the window named; calls that fit the window are not refused."""
+    from transformers import AutoModelForCausalLM
+
+    from hf_specgen.architectures import _assistant
+
+    config = small_config(model_type)
+    for name, value in INSIDE_THE_MODEL[model_type].items():
+        setattr(config, name, value)
+    torch.manual_seed(0)
+    target = hf_specgen.enable(AutoModelForCausalLM.from_config(config).float().eval())
+    with torch.no_grad():
+        target.get_output_embeddings().weight.mul_(8.0)
+    vocab = target.get_input_embeddings().num_embeddings
+    fitting = 0
+    for seed, prompt_len in enumerate((3, 6, 8, 11, 30)):
+        rng = random.Random(seed)
+        prompt = torch.tensor([[rng.randrange(3, vocab - 2) for _ in range(prompt_len)]])
+        expected = target.generate(prompt, max_new_tokens=24, do_sample=False)
+        for mode in ("autoregressive", "dflash", "eagle3"):
+            assistant = _assistant(mode, target)
+            try:
+                got = target.generate(prompt, assistant_model=assistant, speculative_mode=mode, max_new_tokens=24,
+                                      do_sample=False)
+            except ValueError as error:
+                assert "window" in str(error) and model_type in str(error)
+                continue
+            assert got.tolist() == expected.tolist(), (model_type, mode, prompt_len)
+            fitting += 1
+    assert fitting >= 3  # the short prompts (moshi) or short calls (doge) decode

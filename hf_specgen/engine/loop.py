@@ -243,7 +243,7 @@ class SpeculativeDecoder:
         margin = getattr(self.proposer, "cache_margin", 0)
         capacity = _required_capacity(prompt_len, stop.max_new_tokens, width + margin, self.compile_steps,
                                       max_cache_len)
-        check_target(target, capacity, reads_hidden_states=bool(self.layer_ids))
+        check_target(target, capacity, reads_hidden_states=bool(self.layer_ids), prompt_len=prompt_len)
         do_sample = bool(generation_config.do_sample)
         want_scores = bool(generation_config.return_dict_in_generate and generation_config.output_scores)
         want_logits = bool(generation_config.return_dict_in_generate and generation_config.output_logits)

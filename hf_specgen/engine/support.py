@@ -113,7 +113,48 @@ def attention_layout(model) -> dict | None:
     (kind, size)}, "per_layer_type": bool}, kind "full" / "sliding" / "chunked"; None when every layer attends the
     whole sequence. A target whose layers differ takes one mask per layer type (transformers' models index their
     ``attention_mask`` dict by ``config.layer_types``); one whose layers all slide takes one mask."""
+    return declared_attention_layout(text_config(model))
+
+
+def prompt_window_reason(model, prompt_len: int) -> str | None:
+    """Why a prompt this long cannot be decoded exactly by a model whose masks ignore its config's window while its
+    cache keeps only that window (Moshi: its prompt is attended whole, each later token sees the last N): the
+    engine's windowed masks agree with that only while the prompt fits the window."""
+    layout = attention_layout(model)
+    if layout is None or _remembered(_WINDOWS_FOLLOWED, model, lambda: _follows_config_window(model)):
+        return None
+    window = min(size for _, size in layout["windows"].values() if size)
+    if prompt_len <= window:
+        return None
+    return (f"its masks attend a prompt whole while its cache keeps only the last {window} tokens (its config's "
+            f"window); this prompt has {prompt_len} tokens. Shorten the prompt to at most {window} tokens")
+
+
+@torch.no_grad()
+def _follows_config_window(model) -> bool:
+    """Whether the model's own masks narrow when its config's windows do: six tokens in a plain forward, with the
+    config's windows and with windows of 2 tokens (transformers builds its masks from the config at each call)."""
     cfg = text_config(model)
+    names = [name for name in ("sliding_window", "attention_chunk_size") if getattr(cfg, name, None)]
+    vocab = model.get_input_embeddings().num_embeddings
+    tokens = ((torch.arange(6, device=model.device) * 7 + 3) % vocab)[None]
+    training = model.training
+    model.eval()
+    saved = {name: getattr(cfg, name) for name in names}
+    try:
+        as_configured = model(input_ids=tokens).logits.float()
+        for name in names:
+            setattr(cfg, name, 2)
+        narrowed = model(input_ids=tokens).logits.float()
+    finally:
+        for name, value in saved.items():
+            setattr(cfg, name, value)
+        model.train(training)
+    return not torch.allclose(as_configured, narrowed, rtol=1e-4, atol=1e-5)
+
+
+def declared_attention_layout(cfg) -> dict | None:
+    """``attention_layout`` as the config declares it."""
     layer_types = getattr(cfg, "layer_types", None)
     sliding, chunk = getattr(cfg, "sliding_window", None), getattr(cfg, "attention_chunk_size", None)
     if not layer_types:
@@ -134,10 +175,14 @@ def attention_layout(model) -> dict | None:
 
 
 def local_attention_window(model) -> int | None:
-    """GPT-Neo style local layers (``attention_layers`` with "local"): the model applies that window itself."""
+    """A window the model applies itself, over the keys it is given: GPT-Neo style local layers (``attention_layers``
+    with "local"), and Doge's dynamic mask, which keeps the ``keep_window_size`` strongest keys once there are more
+    (with a static cache, more slots than the sequence has tokens: measured wrong past that size, exact within it)."""
     cfg = text_config(model)
     if "local" in (getattr(cfg, "attention_layers", None) or []) and getattr(cfg, "window_size", None):
         return int(cfg.window_size)
+    if getattr(cfg, "keep_window_size", None):
+        return int(cfg.keep_window_size)
     return None
 
 
@@ -158,8 +203,9 @@ def embedding_width_reason(model) -> str | None:
 
 # What is found once per model and asked again on every call: kept beside the model (weakly), not on it.
 _PROBED: "weakref.WeakKeyDictionary[nn.Module, str | None]" = weakref.WeakKeyDictionary()
+_WINDOWS_FOLLOWED: "weakref.WeakKeyDictionary[nn.Module, bool]" = weakref.WeakKeyDictionary()
 _RECURRENT_MODULES: "weakref.WeakKeyDictionary[nn.Module, list[str]]" = weakref.WeakKeyDictionary()
-_REMEMBERED_LOCK = threading.Lock()
+_REMEMBERED_LOCK = threading.RLock()  # a probe may ask for another remembered fact
 
 
 def _remembered(store, model, compute):
@@ -211,7 +257,7 @@ def _probe(model) -> str | None:
     return reason
 
 
-def check_target(model, capacity: int, reads_hidden_states: bool) -> None:
+def check_target(model, capacity: int, reads_hidden_states: bool, prompt_len: int = 0) -> None:
     """Refuse, before any forward, a target the engine cannot decode exactly; see the module docstring."""
     kind = _model_type(model)
     if getattr(model.config, "is_encoder_decoder", False):
@@ -231,10 +277,14 @@ def check_target(model, capacity: int, reads_hidden_states: bool) -> None:
     window = local_attention_window(model)
     if window is not None and window < capacity:
         raise ValueError(
-            f"Model type {kind!r} uses local attention over {window} tokens, applied inside the model, and this call "
+            f"Model type {kind!r} limits attention to {window} tokens inside the model, and this call "
             f"needs {capacity} cache slots: speculative modes need every token of the call inside that window. Lower "
             f"max_new_tokens / the prompt length so prompt + max_new_tokens + the draft block fit in {window}.")
     decoder_layers(model)  # raises a clear error when the decoder keeps no layer list
+    reason = prompt_window_reason(model, prompt_len)
+    if reason:
+        raise ValueError(f"Speculative modes cannot decode this call of model type {kind!r} exactly: {reason}, or "
+                         "use stock generate() for it.")
     reason = engine_probe_reason(model)
     if reason:
         raise ValueError(

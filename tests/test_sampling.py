@@ -69,9 +69,10 @@ def exact_joint(target, prompt, warpers) -> dict[tuple, float]:
     "proposer, sampling",
     [("dflash", dict(temperature=1.0)), ("dflash", dict(temperature=0.7, top_k=4)),
      ("dflash", dict(temperature=1.2, top_p=0.8)), ("greedy-self", dict(temperature=1.0)),
-     ("dflash-tree", dict(temperature=1.0)), ("whiflash", dict(temperature=1.0))],
+     ("dflash-tree", dict(temperature=1.0)), ("whiflash", dict(temperature=1.0)),
+     ("dflash-any-widths", dict(temperature=1.0))],
 )
-def test_sampled_tokens_follow_target_distribution(proposer, sampling):
+def test_sampled_tokens_follow_target_distribution(proposer, sampling, monkeypatch):
     target = make_target("qwen3", vocab_size=VOCAB, pad_token_id=None, bos_token_id=None, eos_token_id=None, seed=4)
     with torch.no_grad():
         target.lm_head.weight.mul_(0.25)  # keep the toy distributions spread out so many cells are populated
@@ -88,17 +89,25 @@ def test_sampled_tokens_follow_target_distribution(proposer, sampling):
 
     torch.manual_seed(1234)
     counts = dict.fromkeys(expected, 0)
-    accepted_drafts = 0
+    accepted_drafts, widths_seen = 0, set()
     oracle = SpeculativeDecoder(target, GreedySelfProposer(target), "test", compile_steps=False)
     # Samples come ROWS at a time: a batch of identical prompts draws each row independently (the batched acceptance
     # is the code under test; test_batch.py checks rows of different prompts). WhiFlash's rows vote at random, so its
     # batches switch between an EAGLE-3 tree and the DFlash block.
     rows = 25
+    if proposer == "dflash-any-widths":  # the default call's width policy, each round's width drawn at random
+        import random
+
+        from hf_specgen.engine.width_policy import WidthPolicy
+
+        rng = random.Random(7)
+        monkeypatch.setattr(WidthPolicy, "choose", lambda self: rng.choice(self.widths))
     bundle = hf_specgen.WhiFlash(ar=make_eagle3(target), parallel=drafter, router="random")
     for _ in range(SAMPLES // rows):
         if proposer.startswith("dflash"):  # "dflash-tree": DDTree-style trees of 6 nodes from the same drafter
             # The fixed block (or tree) every round: acceptance of every slot is under test.
-            tree = {"dflash_tree_nodes": 6} if proposer == "dflash-tree" else {"adaptive_width": False}
+            tree = ({"dflash_tree_nodes": 6} if proposer == "dflash-tree" else
+                    {} if proposer == "dflash-any-widths" else {"adaptive_width": False})
             out = target.generate(prompt.repeat(rows, 1), assistant_model=drafter, speculative_mode="dflash",
                                   max_new_tokens=STEPS, do_sample=True, return_dict_in_generate=True, **sampling,
                                   **tree)
@@ -118,8 +127,11 @@ def test_sampled_tokens_follow_target_distribution(proposer, sampling):
             assert key in counts, f"sampled a sequence the warped target gives probability 0: {key}"
             counts[key] += 1
         accepted_drafts += sum(a - 1 for row in out.speculative_stats.row_acceptance_lengths for a in row)
+        widths_seen.update(out.speculative_stats.round_widths)
     # Drafts really are accepted (the random drafter sometimes, the greedy one often): acceptance is under test.
     assert accepted_drafts > (SAMPLES // 4 if proposer == "greedy-self" else 40)
+    if proposer == "dflash-any-widths":
+        assert widths_seen == {1, 2, 4}  # plain steps and both prefixes of the block were sampled through
 
     # Pool rare cells so every expected count is >= 5 (chi-square validity).
     cells = sorted(expected, key=expected.get, reverse=True)

@@ -11,8 +11,8 @@ head, multimodal composites), and for each mode compares greedy speculative ``ge
   WRONG     different tokens: a silent error, which the test forbids
   CRASH     any other exception: an obscure error, which the test forbids
 
-``tests/test_architectures.py`` runs it and checks the README's support table is this walk's result;
-``specgen architectures --write-readme`` regenerates that table.
+``tests/test_architectures.py`` runs it and checks the support table in docs/architectures.md is this walk's result;
+``specgen architectures --write-docs`` regenerates that table.
 """
 
 from __future__ import annotations
@@ -211,13 +211,14 @@ def _short_reason(message: str) -> str:
 
 
 def support_table(results: list[ArchitectureResult], transformers_version: str, every_type: bool = True) -> str:
-    """Markdown for the README: the types exact in every mode, then each other type with what it does per mode.
+    """Markdown for docs/architectures.md: the types exact in every mode, then each other type with what it does per
+    mode.
     ``every_type`` False: the walk covered only some types (``specgen architectures --types``)."""
     exact = [r.model_type for r in results if r.status == "exact in every mode"]
     walked = "every decoder-only causal LM type" if every_type else "the chosen decoder-only causal LM types"
     lines = [f"Walked by `tests/test_architectures.py` over {walked} of transformers "
              f"{transformers_version} ({len(results)} types, small random configs, fp32 greedy, modes "
-             f"{', '.join(MODES)}; regenerate with `specgen architectures --write-readme`).", "",
+             f"{', '.join(MODES)}; regenerate with `specgen architectures --write-docs`).", "",
              f"**Exact in every mode ({len(exact)}):** " + ", ".join(f"`{t}`" for t in exact) + ".", "",
              "| model type | " + " | ".join(MODES) + " | why |", "|---|" + "---|" * len(MODES) + "---|"]
     for result in results:

@@ -226,8 +226,10 @@ def _add_architectures_command(sub) -> None:
     arch = sub.add_parser("architectures", help="run every decoder-only model type of the installed transformers, "
                                                 "built small, in every speculative mode: exact, refused, or broken")
     arch.add_argument("--types", nargs="+", help="only these model types (default: all)")
-    arch.add_argument("--write-readme", nargs="?", const="README.md", metavar="README",
-                      help="replace the support table between the README's architectures markers with this run's")
+    arch.add_argument("--write-docs", "--write-readme", dest="write_docs", nargs="?", const="docs/architectures.md",
+                      metavar="FILE", help="replace the support table between the architectures markers of FILE "
+                                           "(default: docs/architectures.md) with this run's; --write-readme is the "
+                                           "old name of this flag")
     arch.set_defaults(handler=_architectures)
 
 
@@ -239,8 +241,8 @@ def _architectures(args) -> None:
 
     from .architectures import decoder_only_types, replace_readme_block, support_table, walk_architectures
 
-    if args.types and args.write_readme:
-        raise SystemExit("--write-readme writes the walk of every type into the README: drop --types.")
+    if args.types and args.write_docs:
+        raise SystemExit("--write-docs writes the walk of every type into docs/architectures.md: drop --types.")
     types = args.types or decoder_only_types()
     with tqdm(total=len(types), desc="architectures", unit="type") as bar:
         results = walk_architectures(types, progress=lambda name: (bar.set_postfix(type=name), bar.update(1)))
@@ -251,8 +253,8 @@ def _architectures(args) -> None:
         for mode, note in result.notes.items():
             if result.outcomes[mode] in ("WRONG", "CRASH"):
                 print(f"{result.model_type} / {mode}: {result.outcomes[mode]}: {note}")
-    if args.write_readme:
-        path = Path(args.write_readme)
+    if args.write_docs:
+        path = Path(args.write_docs)
         path.write_text(replace_readme_block(path.read_text(), table))
         print(f"wrote the support table into {path}")
     if broken:

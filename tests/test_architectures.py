@@ -1,6 +1,6 @@
 """Every decoder-only causal LM type of the installed transformers, built small: exact in every mode, or refused
 before decoding with a ValueError that says why; never different tokens, never an error from deep inside a model.
-The README's support table is this walk's result."""
+The support table in docs/architectures.md is this walk's result."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import transformers
 
 from hf_specgen.architectures import readme_block, support_table, walk_architectures
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+SUPPORT_TABLE_DOC = Path(__file__).resolve().parents[1] / "docs" / "architectures.md"
 
 
-def test_every_decoder_only_type_is_exact_or_refused_and_the_readme_says_which():
+def test_every_decoder_only_type_is_exact_or_refused_and_the_docs_say_which():
     results = walk_architectures()
     broken = {r.model_type: {m: r.notes.get(m) for m, o in r.outcomes.items() if o in ("WRONG", "CRASH")}
               for r in results if r.status == "BROKEN"}
@@ -25,9 +25,10 @@ def test_every_decoder_only_type_is_exact_or_refused_and_the_readme_says_which()
             if outcome == "refused":  # the reason is named, with the model type or the drafter mismatch
                 assert "model type" in result.notes[mode].lower() or "drafter" in result.notes[mode], result.notes[mode]
     table = support_table(results, transformers.__version__)
-    readme = readme_block(README.read_text())
-    if f"transformers {transformers.__version__} " in readme:  # the release the table was generated with
-        assert readme == table, "README support table is stale: run `specgen architectures --write-readme`"
+    documented = readme_block(SUPPORT_TABLE_DOC.read_text())  # the block between the architectures markers
+    if f"transformers {transformers.__version__} " in documented:  # the release the table was generated with
+        assert documented == table, ("docs/architectures.md support table is stale: "
+                                     "run `specgen architectures --write-docs`")
 
 
 def _small(model_type: str, **changes):
@@ -113,7 +114,7 @@ def test_gemma3n_decodes_exactly_where_it_can_and_says_why_elsewhere():
             target.generate(prompt, assistant_model=_assistant(mode, target), speculative_mode=mode, max_new_tokens=4)
 
 
-def test_the_cli_walks_chosen_types_and_keeps_partial_walks_out_of_the_readme(capsys):
+def test_the_cli_walks_chosen_types_and_keeps_partial_walks_out_of_the_docs(capsys):
     import pytest
 
     from hf_specgen.cli import main
@@ -123,4 +124,6 @@ def test_the_cli_walks_chosen_types_and_keeps_partial_walks_out_of_the_readme(ca
     assert "over the chosen decoder-only causal LM types" in out and "**Exact in every mode (1):** `llama`" in out
     assert "| `mamba` | refused |" in out
     with pytest.raises(SystemExit, match="drop --types"):
+        main(["architectures", "--types", "llama", "--write-docs"])
+    with pytest.raises(SystemExit, match="drop --types"):  # the old name of the flag still works
         main(["architectures", "--types", "llama", "--write-readme"])

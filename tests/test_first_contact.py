@@ -25,18 +25,24 @@ HUB_STAND_INS = {'"Qwen/Qwen3-8B"': repr(str(TINY)), '"z-lab/Qwen3-8B-DFlash-b16
                  '"cuda"': '"cpu"'}
 
 
+# The README's example, then the usage guide's examples, then the methods page's WhiFlash snippet: one walk-through.
+SNIPPET_PAGES = ["README.md", "docs/usage.md", "docs/methods.md"]
+
+
 def test_every_readme_snippet_runs_as_written():
-    """All python blocks of the README, in order, in one namespace (later blocks reuse earlier names): no undefined
-    name, no stale API. Only Hub ids/GPU are swapped for local stand-ins and long generations shortened."""
+    """All python blocks of the README and of the docs pages it sends users to, page after page and in order, in one
+    namespace (later blocks reuse earlier names): no undefined name, no stale API. Only Hub ids/GPU are swapped for
+    local stand-ins and long generations shortened."""
     targets.prepare_target("smollm2-135m-instruct")
-    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
-    assert len(blocks) >= 4
+    blocks = [(page, block) for page in SNIPPET_PAGES
+              for block in re.findall(r"```python\n(.*?)```", (ROOT / page).read_text(), re.S)]
+    assert sum(page == "README.md" for page, _ in blocks) >= 1 and len(blocks) >= 5
     namespace: dict = {}
-    for number, block in enumerate(blocks):
+    for number, (page, block) in enumerate(blocks):
         for hub, local in HUB_STAND_INS.items():
             block = block.replace(hub, local)
         block = re.sub(r"max_new_tokens=\d+", "max_new_tokens=24", block)
-        exec(compile(block, f"README.md python block {number}", "exec"), namespace)  # noqa: S102
+        exec(compile(block, f"{page} python block {number}", "exec"), namespace)  # noqa: S102
     assert namespace["out"].speculative_stats.drafter_per_round  # the last block decoded with WhiFlash
 
 

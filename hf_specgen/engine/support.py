@@ -146,6 +146,8 @@ def _follows_config_window(model) -> bool:
         for name in names:
             setattr(cfg, name, 2)
         narrowed = model(input_ids=tokens).logits.float()
+    except Exception:  # noqa: BLE001 (a model that cannot run this: keep its declared windows; the engine probe judges it)
+        return True
     finally:
         for name, value in saved.items():
             setattr(cfg, name, value)
@@ -281,13 +283,13 @@ def check_target(model, capacity: int, reads_hidden_states: bool, prompt_len: in
             f"needs {capacity} cache slots: speculative modes need every token of the call inside that window. Lower "
             f"max_new_tokens / the prompt length so prompt + max_new_tokens + the draft block fit in {window}.")
     decoder_layers(model)  # raises a clear error when the decoder keeps no layer list
-    reason = prompt_window_reason(model, prompt_len)
-    if reason:
-        raise ValueError(f"Speculative modes cannot decode this call of model type {kind!r} exactly: {reason}, or "
-                         "use stock generate() for it.")
     reason = engine_probe_reason(model)
     if reason:
         raise ValueError(
             f"Speculative modes cannot decode model type {kind!r} exactly: {reason}. Use stock generate() for this "
             "model (no speculative_mode); attention-only decoder models (Llama, Qwen, Mistral, Gemma, ...) are "
             "supported.")
+    reason = prompt_window_reason(model, prompt_len)
+    if reason:
+        raise ValueError(f"Speculative modes cannot decode this call of model type {kind!r} exactly: {reason}, or "
+                         "use stock generate() for it.")

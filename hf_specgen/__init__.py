@@ -17,7 +17,7 @@ _EXPORTS = {  # public name -> the module that defines it
     "DFlashDraftModel": ".models.dflash", "Eagle3DraftModel": ".models.eagle3",
     "WhiFlash": ".models.whiflash", "WhiFlashRouter": ".models.whiflash",
     "save_costs": ".engine.width_policy", "load_costs": ".engine.width_policy",
-    "load_target": ".targets", "auto_dtype": ".targets", "prepare_target": ".targets", "embedded_model": ".embedded",
+    "load_target": ".targets", "auto_dtype": ".dtypes", "prepare_target": ".targets", "embedded_model": ".embedded",
 }
 
 __all__ = [*_EXPORTS, "__version__"]

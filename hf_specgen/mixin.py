@@ -24,7 +24,7 @@ from .engine.fly import FlyVerifier, reference_window
 from .engine.loop import SpeculativeDecoder
 from .inputs import check_mask_shape, check_prompt
 from .loading import as_dflash_drafter, is_dflash_drafter
-from .targets import warn_if_bf16_is_emulated
+from .dtypes import warn_if_bf16_is_emulated
 from .drafters.whiflash import WhiFlashProposer
 from .models.eagle3 import Eagle3DraftModel
 from .models.whiflash import WhiFlash

@@ -85,7 +85,7 @@ def load_models() -> Models:
 
         if real_world_ready() and os.environ.get("SPECGEN_WORLD", "auto") != "tiny":
             # bf16 unless the CPU lacks bf16 units: emulated, a 16-token verify is ~10x slower than fp32 (README)
-            from hf_specgen.targets import preferred_dtype
+            from hf_specgen.dtypes import preferred_dtype
 
             dtype = dtypes[chosen or preferred_dtype(device)]
             target, tokenizer = hf_specgen.load_target(REAL_WORLD, dtype=dtype)

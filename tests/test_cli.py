@@ -141,11 +141,11 @@ def test_shipped_remote_code_files_are_the_package_model_files():
 def test_real_target_defaults_to_bf16_only_where_the_cpu_has_bf16_units(monkeypatch):
     from argparse import Namespace
 
-    from hf_specgen import targets
+    from hf_specgen import dtypes
     from hf_specgen.bench.runner import apply_world_defaults
 
     for native, expected in ((True, "bf16"), (False, "fp32")):
-        monkeypatch.setattr(targets, "cpu_runs_bf16_fast", lambda: native)
+        monkeypatch.setattr(dtypes, "cpu_runs_bf16_fast", lambda: native)
         args = Namespace(synthetic=None, target="smollm2-135m-instruct", prompts=None, categories=None, dtype="auto",
                          device="cpu", command="bench")
         assert apply_world_defaults(args) == "smollm2-135m-instruct"

@@ -15,7 +15,7 @@ import torch
 from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
 import hf_specgen
-from hf_specgen import targets
+from hf_specgen import dtypes, targets
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "hub_models" / "specgen-tiny"
@@ -174,7 +174,7 @@ def test_auto_dtype_follows_the_cpu_and_bf16_on_an_emulating_cpu_warns_once(monk
     from hf_specgen.bench.runner import apply_world_defaults
 
     for fast, expected in ((False, torch.float32), (True, torch.bfloat16)):
-        monkeypatch.setattr(targets, "cpu_runs_bf16_fast", lambda fast=fast: fast)
+        monkeypatch.setattr(dtypes, "cpu_runs_bf16_fast", lambda fast=fast: fast)
         assert hf_specgen.auto_dtype("cpu") is expected
         args = SimpleNamespace(synthetic=None, target=None, prompts=None, categories=None, dtype="auto",
                                device="cpu", command="compare")
@@ -182,8 +182,8 @@ def test_auto_dtype_follows_the_cpu_and_bf16_on_an_emulating_cpu_warns_once(monk
         apply_world_defaults(args)
         assert args.dtype == ("bf16" if fast else "fp32")
     assert hf_specgen.auto_dtype("cuda") is torch.bfloat16
-    monkeypatch.setattr(targets, "cpu_runs_bf16_fast", lambda: False)
-    monkeypatch.setattr(targets, "_WARNED_SLOW_BF16", False)
+    monkeypatch.setattr(dtypes, "cpu_runs_bf16_fast", lambda: False)
+    monkeypatch.setattr(dtypes, "_WARNED_SLOW_BF16", False)
     target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.bfloat16))
     drafter = hf_specgen.load_drafter(TINY_DFLASH, dtype=torch.bfloat16)
     ids = torch.tensor([[5, 6, 7, 8]])

@@ -83,7 +83,7 @@ def run_batch_curve(target, tokenizer, prompts: list[torch.Tensor], methods: lis
 
 def curve_table(curve: dict, batch_sizes: list[int]) -> str:
     """Markdown: tok/s per method and batch size, with the ratio to the method's batch 1 and to stock generate."""
-    from .runner import markdown_table
+    from ..reports import markdown_table
 
     baseline = curve.get("autoregressive", {})
     rows = []

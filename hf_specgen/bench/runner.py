@@ -21,7 +21,7 @@ import torch
 
 from ..engine.graphs import CACHE_BUCKET, allow_a_graph_per_decoder
 from ..embedded import hub_models_dir
-from ..reports import has_compiled_baseline
+from ..reports import has_compiled_baseline, markdown_table
 from .choices import ALL_METHODS, DTYPE_NAMES, LOSSLESS_DEFAULT  # noqa: F401 (re-exported)
 from .harness import MethodResult, run_method, tap_cost
 
@@ -84,7 +84,7 @@ def apply_world_defaults(args) -> str | None:
     if not args.fixed_blocks:
         args.block_sizes = [16]  # the block of the other methods that take one (WhiFlash, FLy, trees)
     if args.dtype == "auto":  # by the device, for every world: bf16 on a GPU or a CPU with bf16 units, else fp32
-        from ..targets import preferred_dtype
+        from ..dtypes import preferred_dtype
 
         args.dtype = preferred_dtype(args.device)
     return world
@@ -499,15 +499,6 @@ def _quality_cell(entry: dict) -> str:
     return ", ".join(cells) or "-"
 
 
-def markdown_table(rows: list[list[str]], header: list[str]) -> str:
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-
-    def line(cells):
-        return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"
-
-    return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
-
-
 def step_oracle(models: BenchModels, args, prompts, results: list[MethodResult], longest: int):
     """WhiFlash's per-step hindsight oracle (bench/oracle.py), when WhiFlash, EAGLE-3 and DFlash all ran greedily."""
     from .oracle import accepted_length_tables, step_oracle_method
@@ -526,7 +517,7 @@ def step_oracle(models: BenchModels, args, prompts, results: list[MethodResult],
 
 def describe_run(models, args) -> str:
     """The first lines of bench / compare: what runs, where, in which dtype, and on which kind of CPU."""
-    from ..targets import cpu_runs_bf16_fast
+    from ..dtypes import cpu_runs_bf16_fast
 
     cpu = ("bf16 units (AVX512-BF16 or AMX)" if cpu_runs_bf16_fast()
            else "no bf16 units (AVX2 or older: bf16 is emulated, fp32 is the fast choice)")

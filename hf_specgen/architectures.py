@@ -3,7 +3,8 @@
 ``walk_architectures()`` builds each type of ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` from its default config shrunk to
 a few layers (random weights, fp32), skips what is not a decoder-only text LM (encoder-decoders, encoders with an LM
 head, multimodal composites), and for each mode compares greedy speculative ``generate`` with stock greedy
-``generate``. Each (type, mode) ends in one of:
+``generate`` on two prompts. A type that windows its attention (sliding windows, chunks, GPT-Neo's local layers,
+Doge's dynamic mask) is walked again with its windows shrunk to 8 tokens and calls run past them. Each (type, mode) ends in one of:
 
   exact     the same tokens as stock generate
   refused   a ValueError from hf_specgen before decoding, whose message names the type's reason
@@ -32,7 +33,12 @@ SIZE = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_ke
             topk_group=1, first_k_dense_replace=1, kv_lora_rank=16, q_lora_rank=32, qk_rope_head_dim=8,
             qk_nope_head_dim=8, v_head_dim=16, word_embed_proj_dim=64, rotary_dim=8, attention_hidden_size=64,
             d_inner=128)
-PROMPT_LEN, NEW_TOKENS = 12, 10
+PROMPTS = ((12, 0), (23, 1))  # (length, seed): two prompts per type and mode
+NEW_TOKENS = 16
+# Types that window their attention are walked a second time with every window shrunk to WINDOW tokens and prompts on
+# both sides of it, run past it: a mode must then be exact or refused (doge and moshi decoded wrong tokens there).
+WINDOW, WINDOW_PROMPTS, WINDOW_NEW_TOKENS = 8, ((5, 2), (14, 3)), 20
+WINDOW_SETTINGS = ("sliding_window", "attention_chunk_size", "keep_window_size", "window_size")
 MAX_PARAMETERS = 10_000_000
 
 
@@ -93,10 +99,25 @@ def small_config(model_type: str):
     return config
 
 
-def _build(model_type: str):
+def windowed_config(model_type: str):
+    """``small_config`` with every attention window it sets shrunk to WINDOW tokens; None when it sets none."""
+    config = small_config(model_type)
+    if config is None:
+        return None
+    names = [name for name in WINDOW_SETTINGS if getattr(config, name, None)]
+    if "window_size" in names and "local" not in (getattr(config, "attention_layers", None) or []):
+        names.remove("window_size")  # only GPT-Neo's local layers call their window window_size
+    if not names:
+        return None
+    for name in names:
+        setattr(config, name, WINDOW)
+    return config
+
+
+def _build(model_type: str, config=None):
     from transformers import AutoModelForCausalLM
 
-    config = small_config(model_type)
+    config = config if config is not None else small_config(model_type)
     if config is None:
         return None
     with torch.device("meta"):  # count first: a type whose size keys are not the usual names stays large
@@ -145,8 +166,6 @@ def _assistant(mode: str, target):
 
 def walk_one(model_type: str, modes=MODES) -> ArchitectureResult | None:
     """Run ``modes`` on the type; None when it is not a decoder-only text LM."""
-    from .mixin import enable
-
     result = ArchitectureResult(model_type)
     try:
         target = _build(model_type)
@@ -156,38 +175,67 @@ def walk_one(model_type: str, modes=MODES) -> ArchitectureResult | None:
         return result
     if target is None:
         return None
+    _run_modes(result, target, modes, PROMPTS, NEW_TOKENS, window_pass=False)
+    window_config = windowed_config(model_type)
+    if window_config is not None and "WRONG" not in result.outcomes.values():
+        try:
+            windowed = _build(model_type, window_config)
+        except Exception:  # noqa: BLE001 (a window this small may not build: the main pass stands)
+            windowed = None
+        if windowed is not None:
+            _run_modes(result, windowed, modes, WINDOW_PROMPTS, WINDOW_NEW_TOKENS, window_pass=True)
+    return result
+
+
+def _run_modes(result: ArchitectureResult, target, modes, prompts, new_tokens: int, window_pass: bool) -> None:
+    """Each mode on each prompt against stock greedy ``generate``. The main pass sets every mode's outcome (the
+    first prompt that is not exact decides it); the window pass only turns a mode WRONG or CRASH (a refusal past a
+    window of WINDOW tokens says nothing about the type's usual windows)."""
+    from .mixin import enable
+
     enable(target)
     vocab = target.get_input_embeddings().num_embeddings
-    rng = random.Random(0)
-    prompt = torch.tensor([[rng.randrange(3, vocab - 2) for _ in range(PROMPT_LEN)]])
-    settings = dict(max_new_tokens=NEW_TOKENS, do_sample=False)
-    try:
-        expected: list | Exception = target.generate(prompt, **settings).tolist()
-    except Exception as error:  # noqa: BLE001 (stock generate itself fails on this tiny model: not ours to judge,
-        expected = error  # unless hf_specgen refuses the type anyway)
-    for mode in modes:
+    settings = dict(max_new_tokens=new_tokens, do_sample=False)
+    for length, seed in prompts:
+        rng = random.Random(seed)
+        prompt = torch.tensor([[rng.randrange(3, vocab - 2) for _ in range(length)]])
         try:
-            assistant = _assistant(mode, target)
-            extra = {"eagle_top_k": 3, "eagle_depth": 3, "eagle_total_tokens": 8} if mode == "eagle3" else {}
-            got = target.generate(prompt, assistant_model=assistant, speculative_mode=mode, **settings, **extra).tolist()
-        except ValueError as error:  # refused when hf_specgen raised it (its messages name the fix)
-            ours = any("/hf_specgen/" in frame.filename for frame in traceback.extract_tb(error.__traceback__)[-1:])
-            # A refusal for failing the engine probe says nothing when stock generate fails as well.
-            if ours and not (isinstance(expected, Exception) and "static cache and 4D" in str(error)):
-                result.outcomes[mode], result.notes[mode] = "refused", str(error)[:400]
+            expected: list | Exception = target.generate(prompt, **settings).tolist()
+        except Exception as error:  # noqa: BLE001 (stock generate itself fails on this tiny model: not ours to judge,
+            expected = error  # unless hf_specgen refuses the type anyway)
+        for mode in modes:
+            if result.outcomes.get(mode, "exact") != "exact" and not window_pass:
+                continue  # an earlier prompt decided this mode
+            outcome, note = _one_call(target, mode, prompt, settings, expected)
+            if window_pass:
+                if outcome in ("WRONG", "CRASH"):
+                    result.outcomes[mode] = outcome
+                    result.notes[mode] = f"past a window of {WINDOW} tokens: {note or 'different tokens'}"[:400]
                 continue
-            got = error
-        except Exception as error:  # noqa: BLE001 (judged below against stock generate)
-            got = error
-        if isinstance(expected, Exception):
-            result.outcomes[mode] = "stock"
-            result.notes[mode] = f"stock generate: {type(expected).__name__}: {expected}"[:300]
-        elif isinstance(got, Exception):
-            result.outcomes[mode] = "CRASH"
-            result.notes[mode] = f"{type(got).__name__}: {got}"[:400]
-        else:
-            result.outcomes[mode] = "exact" if got == expected else "WRONG"
-    return result
+            result.outcomes[mode] = outcome
+            if note:
+                result.notes[mode] = note
+
+
+def _one_call(target, mode: str, prompt, settings: dict, expected) -> tuple[str, str | None]:
+    """(outcome, note) of one speculative call against stock's ``expected`` tokens (or its exception)."""
+    try:
+        assistant = _assistant(mode, target)
+        extra = {"eagle_top_k": 3, "eagle_depth": 3, "eagle_total_tokens": 8} if mode == "eagle3" else {}
+        got = target.generate(prompt, assistant_model=assistant, speculative_mode=mode, **settings, **extra).tolist()
+    except ValueError as error:  # refused when hf_specgen raised it (its messages name the fix)
+        ours = any("/hf_specgen/" in frame.filename for frame in traceback.extract_tb(error.__traceback__)[-1:])
+        # A refusal for failing the engine probe says nothing when stock generate fails as well.
+        if ours and not (isinstance(expected, Exception) and "static cache and 4D" in str(error)):
+            return "refused", str(error)[:400]
+        got = error
+    except Exception as error:  # noqa: BLE001 (judged below against stock generate)
+        got = error
+    if isinstance(expected, Exception):
+        return "stock", f"stock generate: {type(expected).__name__}: {expected}"[:300]
+    if isinstance(got, Exception):
+        return "CRASH", f"{type(got).__name__}: {got}"[:400]
+    return ("exact", None) if got == expected else ("WRONG", None)
 
 
 def walk_architectures(types: list[str] | None = None, progress=None) -> list[ArchitectureResult]:
@@ -217,8 +265,10 @@ def support_table(results: list[ArchitectureResult], transformers_version: str, 
     exact = [r.model_type for r in results if r.status == "exact in every mode"]
     walked = "every decoder-only causal LM type" if every_type else "the chosen decoder-only causal LM types"
     lines = [f"Walked by `tests/test_architectures.py` over {walked} of transformers "
-             f"{transformers_version} ({len(results)} types, small random configs, fp32 greedy, modes "
-             f"{', '.join(MODES)}; regenerate with `specgen architectures --write-docs`).", "",
+             f"{transformers_version} ({len(results)} types, small random configs, fp32 greedy, prompts of "
+             f"{' and '.join(str(n) for n, _ in PROMPTS)} tokens, {NEW_TOKENS} new tokens, modes {', '.join(MODES)}; "
+             f"types that window their attention also past a window shrunk to {WINDOW} tokens, where a mode must be "
+             f"exact or refused; regenerate with `specgen architectures --write-docs`).", "",
              f"**Exact in every mode ({len(exact)}):** " + ", ".join(f"`{t}`" for t in exact) + ".", "",
              "| model type | " + " | ".join(MODES) + " | why |", "|---|" + "---|" * len(MODES) + "---|"]
     for result in results:

@@ -4,7 +4,8 @@
 a few layers (random weights, fp32), skips what is not a decoder-only text LM (encoder-decoders, encoders with an LM
 head, multimodal composites), and for each mode compares greedy speculative ``generate`` with stock greedy
 ``generate`` on two prompts. A type that windows its attention (sliding windows, chunks, GPT-Neo's local layers,
-Doge's dynamic mask) is walked again with its windows shrunk to 8 tokens and calls run past them. Each (type, mode) ends in one of:
+Doge's dynamic mask) is walked again with its windows shrunk to 8 tokens and calls run past them. Each (type, mode)
+ends in one of:
 
   exact     the same tokens as stock generate
   refused   a ValueError from hf_specgen before decoding, whose message names the type's reason

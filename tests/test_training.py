@@ -82,7 +82,8 @@ def test_block_visibility_is_prefix_context_plus_own_block():
         assert vis[row, 7:].tolist() == [j // 3 == blk for j in range(6)]
 
 
-def test_training_forward_equals_inference_forward():
+@pytest.mark.parametrize("attention", ["blocks", "dense"])
+def test_training_forward_equals_inference_forward(attention):
     """Each block of the batched training forward equals the drafter run as at inference on that anchor alone."""
     torch.manual_seed(0)
     target = make_target("qwen3")
@@ -91,7 +92,7 @@ def test_training_forward_equals_inference_forward():
     other = torch.randint(3, 250, (22,)).tolist()
     batch = dt.build_anchor_batch([(ids, 8), (other, 5)], 4, 6, 0, torch.Generator().manual_seed(3))
     with torch.no_grad():
-        trained = dt.drafter_block_states(drafter, target, batch, use_flex=False)  # [2, A*4, H]
+        trained = dt.drafter_block_states(drafter, target, batch, attention)  # [2, A*4, H]
         for row, seq in enumerate((ids, other)):
             seq_t = torch.tensor([seq])
             hs = target.model(input_ids=seq_t, output_hidden_states=True).hidden_states
@@ -105,17 +106,43 @@ def test_training_forward_equals_inference_forward():
                 torch.testing.assert_close(trained[row, 4 * j: 4 * j + 4], single[0], atol=2e-5, rtol=1e-4)
 
 
-def test_flex_block_mask_matches_dense_mask():
+def test_flex_and_anchored_blocks_match_the_dense_mask():
     torch.manual_seed(0)
     target = make_target("qwen3")
     drafter = make_dflash(target, block_size=4, num_layers=1, layer_ids=[1])
     ids = torch.randint(3, 250, (40,)).tolist()
     batch = dt.build_anchor_batch([(ids, 4), (ids[:33], 10)], 4, 8, 0, torch.Generator().manual_seed(1))
     with torch.no_grad():
-        dense = dt.drafter_block_states(drafter, target, batch, use_flex=False)
-        flex = dt.drafter_block_states(drafter, target, batch, use_flex=True)
+        dense = dt.drafter_block_states(drafter, target, batch, "dense")
+        flex = dt.drafter_block_states(drafter, target, batch, "flex")
+        blocks = dt.drafter_block_states(drafter, target, batch, "blocks")
     valid = batch.anchor_valid.repeat_interleave(4, dim=1)
     torch.testing.assert_close(flex[valid], dense[valid], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(blocks[valid], dense[valid], atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="attention must be one of"):
+        dt.drafter_block_states(drafter, target, batch, "sparse")
+
+
+def test_anchored_blocks_give_the_dense_masks_gradients():
+    """The CPU training path (only visible scores) trains exactly as the dense mask would: same loss, same
+    gradient for every drafter weight, with grouped-query heads and padded sequences of different lengths."""
+    torch.manual_seed(0)
+    target = make_target("qwen3")
+    drafter = make_dflash(target, block_size=4, num_layers=2, layer_ids=[0, 2])
+    attention = drafter.layers[0].self_attn
+    assert attention.num_heads > attention.num_kv_heads  # grouped-query attention is exercised
+    ids = torch.randint(3, 250, (37,)).tolist()
+    batch = dt.build_anchor_batch([(ids, 6), (ids[:21], 9)], 4, 10, 0, torch.Generator().manual_seed(2))
+    weights = dt.slot_weights(4, 2.0)
+    grads = {}
+    for kind in ("dense", "blocks"):
+        drafter.zero_grad()
+        loss, _ = dt.dflash_loss(drafter, target, batch, weights, kind)
+        loss.backward()
+        grads[kind] = (float(loss.detach()), {name: p.grad.clone() for name, p in drafter.named_parameters()})
+    assert grads["blocks"][0] == pytest.approx(grads["dense"][0], rel=1e-5)
+    for name, grad in grads["dense"][1].items():
+        torch.testing.assert_close(grads["blocks"][1][name], grad, atol=1e-6, rtol=1e-4, msg=name)
 
 
 def test_dflash_loss_trains_only_the_drafter():
@@ -131,7 +158,7 @@ def test_dflash_loss_trains_only_the_drafter():
     opt = torch.optim.AdamW(drafter.parameters(), lr=3e-3)
     first = None
     for _ in range(40):
-        loss, n = dt.dflash_loss(drafter, target, batch, weights, use_flex=False)
+        loss, n = dt.dflash_loss(drafter, target, batch, weights)
         first = first if first is not None else float(loss.detach())
         opt.zero_grad()
         loss.backward()
@@ -525,10 +552,10 @@ def test_training_softmax_over_the_seen_vocabulary_remaps_labels():
     examples = [([5 + (i * 7 + j) % 200 for j in range(30)], 8) for i in range(3)]
     batch = dt.build_anchor_batch(examples, 4, 16, 0, torch.Generator().manual_seed(0))
     weights = dt.slot_weights(4, 2.0)
-    full, n = dt.dflash_loss(drafter, target, batch, weights, use_flex=False)
-    every_id, n_all = dt.dflash_loss(drafter, target, batch, weights, False, torch.arange(target.config.vocab_size))
+    full, n = dt.dflash_loss(drafter, target, batch, weights)
+    every_id, n_all = dt.dflash_loss(drafter, target, batch, weights, "blocks", torch.arange(target.config.vocab_size))
     assert torch.allclose(full, every_id, atol=1e-5) and n == n_all
     seen = dt.seen_vocabulary(examples, target.config.vocab_size)
     assert set(seen.tolist()) == {t for ids, _ in examples for t in ids}
-    subset, _ = dt.dflash_loss(drafter, target, batch, weights, False, seen)
+    subset, _ = dt.dflash_loss(drafter, target, batch, weights, "blocks", seen)
     assert subset < full

@@ -69,10 +69,12 @@ INSIDE_THE_MODEL = {"moshi": dict(sliding_window=8), "doge": dict(keep_window_si
 @pytest.mark.parametrize("model_type", list(INSIDE_THE_MODEL))
 def test_targets_that_window_inside_the_model_decode_exactly_or_are_refused(model_type):
     """Prompts on both sides of the window, several seeds: every call gives stock's tokens or is refused before
-    decoding with the window named; calls that fit the window are not refused."""
+    decoding with the window named; calls that fit the window are not refused. Where this transformers version's
+    attention ignores the masks it is given (Doge on 5.17), every call is refused with the probe's reason instead."""
     from transformers import AutoModelForCausalLM
 
     from hf_specgen.architectures import _assistant
+    from hf_specgen.engine.support import engine_probe_reason
 
     config = small_config(model_type)
     for name, value in INSIDE_THE_MODEL[model_type].items():
@@ -82,6 +84,7 @@ def test_targets_that_window_inside_the_model_decode_exactly_or_are_refused(mode
     with torch.no_grad():
         target.get_output_embeddings().weight.mul_(8.0)
     vocab = target.get_input_embeddings().num_embeddings
+    probe_reason = engine_probe_reason(target)
     fitting = 0
     for seed, prompt_len in enumerate((3, 6, 8, 11, 30)):
         rng = random.Random(seed)
@@ -93,8 +96,10 @@ def test_targets_that_window_inside_the_model_decode_exactly_or_are_refused(mode
                 got = target.generate(prompt, assistant_model=assistant, speculative_mode=mode, max_new_tokens=24,
                                       do_sample=False)
             except ValueError as error:
-                assert "window" in str(error) and model_type in str(error)
+                named = "window" in str(error) or (probe_reason is not None and probe_reason in str(error))
+                assert named and model_type in str(error), error
                 continue
+            assert probe_reason is None, "a model the probe refuses was decoded"
             assert got.tolist() == expected.tolist(), (model_type, mode, prompt_len)
             fitting += 1
-    assert fitting >= 3  # the short prompts (moshi) or short calls (doge) decode
+    assert probe_reason is not None or fitting >= 3  # the short prompts (moshi) or short calls (doge) decode

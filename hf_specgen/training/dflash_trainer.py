@@ -8,7 +8,8 @@ One training example is a target-regenerated chat sequence (prompt + the target'
    committed (bonus) token.
 3. All blocks of a sequence go through the drafter in ONE forward: queries [M, A*B], keys [context S ; blocks A*B].
    A block row sees context rows strictly before its anchor (the anchor's own hidden state does not exist yet at
-   inference) and every row of its own block, nothing else.
+   inference) and every row of its own block, nothing else: S + B of the S + A*B keys, so attention computes only
+   those (flex attention's block mask on a GPU, ``AnchoredBlocks`` on a CPU, where flex has no backward).
 4. Slot k (1..B-1) of anchor a predicts the token at a+k (same-position prediction), cross entropy weighted by
    exp(-(k-1)/gamma) and normalized by the weight sum; slot 0 and positions outside the response are not scored.
 
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..models.dflash import DFlashDraftModel, dflash_config_for_target
+from ..models.dflash import AnchoredBlocks, DFlashDraftModel, dflash_config_for_target
 from .corpus import read_jsonl
 from .lm import chat_examples
 from .loop import (BudgetBatches, add_run_arguments, epoch_batch, load_frozen_target, run_training, settings_from_args,
@@ -131,25 +132,45 @@ def flex_block_mask(anchors: torch.Tensor, lengths: torch.Tensor, context_len: i
     return create_block_mask(visible, m, None, a * block_size, context_len + a * block_size, device=anchors.device)
 
 
-def drafter_block_states(drafter: DFlashDraftModel, target, batch: AnchorBatch, use_flex: bool) -> torch.Tensor:
-    """[M, A*B, H]: the drafter's output for every block of every sequence, in one forward."""
+ATTENTION_KINDS = ("blocks", "flex", "dense")
+
+
+@torch.no_grad()
+def target_taps(drafter: DFlashDraftModel, target, input_ids: torch.Tensor) -> torch.Tensor:
+    """[M, S, n_taps*H]: the frozen target's hidden states at the drafter's tapped layers, for right-padded ids."""
+    out = target.model(input_ids=input_ids, output_hidden_states=True)  # right padding: causal, no mask needed
+    return torch.cat([out.hidden_states[i + 1] for i in drafter.target_layer_ids], dim=-1)
+
+
+def drafter_block_states(drafter: DFlashDraftModel, target, batch: AnchorBatch, attention: str = "blocks",
+                         taps: torch.Tensor | None = None) -> torch.Tensor:
+    """[M, A*B, H]: the drafter's output for every block of every sequence, in one forward.
+
+    attention: "blocks" (only the visible scores; any device), "flex" (a flex BlockMask; GPU training) or "dense"
+    (SDPA with the full mask: the reference the other two are tested against). taps: the target's tapped states
+    for ``batch.input_ids`` when already computed (see :func:`target_taps`).
+    """
     device = next(drafter.parameters()).device
     input_ids = batch.input_ids.to(device)
     anchors, lengths = batch.anchors.to(device), batch.lengths.to(device)
     m, s = input_ids.shape
     a, block = anchors.shape[1], drafter.block_size
+    if taps is None:
+        taps = target_taps(drafter, target, input_ids)
     with torch.no_grad():
-        out = target.model(input_ids=input_ids, output_hidden_states=True)  # right padding: causal, no mask needed
-        taps = torch.cat([out.hidden_states[i + 1] for i in drafter.target_layer_ids], dim=-1)  # [M, S, n*H]
         block_tokens = torch.full((m, a, block), drafter.mask_token_id, device=device)
         block_tokens[:, :, 0] = torch.gather(input_ids, 1, anchors)  # [M, A, B] = [token at a, mask, ...]
         noise = target.get_input_embeddings()(block_tokens.view(m, a * block))  # [M, A*B, H]
     block_positions = (anchors[..., None] + torch.arange(block, device=device)).view(m, a * block)
     position_ids = torch.cat([torch.arange(s, device=device).expand(m, -1), block_positions], dim=1)  # [M, S+A*B]
-    if use_flex:
+    if attention == "flex":
         mask = flex_block_mask(anchors, lengths, s, block)
-    else:
+    elif attention == "dense":
         mask = block_visibility(anchors, lengths, s, block)
+    elif attention == "blocks":
+        mask = AnchoredBlocks(anchors, lengths, block)
+    else:
+        raise ValueError(f"attention must be one of {ATTENTION_KINDS}, not {attention!r}")
     return drafter(noise_embedding=noise, target_hidden=taps, position_ids=position_ids, attention_mask=mask)
 
 
@@ -201,14 +222,15 @@ def seen_vocabulary(examples: list[tuple[list[int], int]], vocab_size: int) -> t
 
 
 def dflash_loss(drafter: DFlashDraftModel, target, batch: AnchorBatch, weights: torch.Tensor,
-                use_flex: bool, train_vocab: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
+                attention: str = "blocks", train_vocab: torch.Tensor | None = None,
+                taps: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
     """Slot-weighted cross entropy of all blocks; returns (loss, number of scored slots).
 
     ``train_vocab`` [V'] restricts the softmax to these token ids (every label must be one of them). On a CPU the
     lm_head product over a 49k vocabulary is most of a step; the tokens a target never wrote in the data only need to
     stay unlikely, and the offline tau (full lm_head, as at inference) checks that they do.
     """
-    hidden = drafter_block_states(drafter, target, batch, use_flex)
+    hidden = drafter_block_states(drafter, target, batch, attention, taps)
     m, rows = hidden.shape[:2]
     labels = batch.labels.to(hidden.device).view(m, rows)
     if train_vocab is None:
@@ -239,7 +261,7 @@ def offline_acceptance(drafter, target, examples, pad_id: int, limit: int = 64) 
     matches, blocks = 0, 0
     for start in range(0, min(limit, len(examples)), 8):
         batch = build_anchor_batch(examples[start: start + 8], block, 10_000, pad_id, generator)
-        hidden = drafter_block_states(drafter, target, batch, use_flex=False)
+        hidden = drafter_block_states(drafter, target, batch)
         m = hidden.shape[0]
         guess = target.lm_head(hidden).argmax(-1).view(m, -1, block)[..., 1:]  # [M, A, B-1]
         labels = batch.labels.to(guess.device)[..., 1:]
@@ -283,7 +305,9 @@ def train_dflash(args) -> dict:
     train = examples[args.heldout:]
     if not train:
         raise ValueError(f"{args.data} has too few records ({len(examples)}) for --heldout {args.heldout}")
-    use_flex = {"flex": True, "dense": False, "auto": torch.cuda.is_available()}[args.attention]
+    attention = args.attention
+    if attention == "auto":
+        attention = "flex" if torch.cuda.is_available() else "blocks"
 
     # --anchor-budget: batches of similar answer lengths holding about that many anchors (short answers are many)
     budget = BudgetBatches([anchor_count(ex, args.max_anchors) for ex in train], args.anchor_budget, args.seed) \
@@ -300,7 +324,7 @@ def train_dflash(args) -> dict:
     def loss_fn(model, batch):
         if target.device != next(model.parameters()).device:
             target.to(next(model.parameters()).device)
-        return dflash_loss(model, target, batch, weights, use_flex, train_vocab)
+        return dflash_loss(model, target, batch, weights, attention, train_vocab)
 
     def evaluate(model):
         # in the training precision: an fp32 pass over the held-out blocks takes minutes on a CPU
@@ -315,7 +339,7 @@ def train_dflash(args) -> dict:
                                  "heldout_sequences": len(heldout), "gamma": gamma, "max_anchors": args.max_anchors,
                                  "anchor_budget": args.anchor_budget, "init_from": args.init_from,
                                  "init_layers_from_target": bool(args.init_layers_from_target),
-                                 "attention": "flex" if use_flex else "dense",
+                                 "attention": attention,
                                  "train_vocab": len(train_vocab) if train_vocab is not None else "all",
                                  "drafter_parameters": sum(p.numel() for p in drafter.parameters())})
     drafter.save_pretrained(out_dir / "model")
@@ -334,8 +358,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--mask-token-id", type=int, default=None, help="default: the tokenizer's mask token")
     parser.add_argument("--max-anchors", type=int, default=512, help="anchors per sequence (the paper: 512)")
     parser.add_argument("--gamma", type=float, default=None, help="slot loss decay (default: 7 for B=16, 4 for B=8)")
-    parser.add_argument("--attention", default="auto", choices=["auto", "flex", "dense"],
-                        help="flex attention BlockMask (GPU) or a dense mask (CPU: flex has no CPU backward)")
+    parser.add_argument("--attention", default="auto", choices=["auto", *ATTENTION_KINDS],
+                        help="auto: flex attention's block mask on a GPU, 'blocks' elsewhere (flex has no CPU "
+                             "backward); 'blocks' computes only the scores a row may see, 'dense' masks a full "
+                             "score matrix (slow; the reference)")
     parser.add_argument("--seq-len", type=int, default=3072)
     parser.add_argument("--batch-size", type=int, default=4, help="sequences per step (without --anchor-budget)")
     parser.add_argument("--anchor-budget", type=int, default=None,

@@ -55,7 +55,7 @@ def router_targets(target, eagle, dflash, example: tuple[list[int], int], eagle_
     truth = seq[0]
 
     # DFlash: leading matches of each anchor's block against the text.
-    states = drafter_block_states(dflash, target, batch, use_flex=False)  # [1, A*B, H]
+    states = drafter_block_states(dflash, target, batch)  # [1, A*B, H]
     guess = target.lm_head(states).argmax(-1).view(-1, block)[batch.anchor_valid[0]]  # [A, B]
     keep = torch.isin(batch.anchors[0][batch.anchor_valid[0]], anchors)
     guess = guess[keep][:, 1:]  # [n, B-1] slot k predicts a+k

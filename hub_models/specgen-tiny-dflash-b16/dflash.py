@@ -18,6 +18,7 @@ Architecture (DFlash paper; checkpoint names as published by z-lab):
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
@@ -106,6 +107,47 @@ def _flex_attention(on_gpu: bool):
     return _COMPILED_FLEX[0]
 
 
+@dataclass
+class AnchoredBlocks:
+    """Training visibility for A blocks of B rows per sequence, kept as anchors instead of a dense mask.
+
+    Keys are [context S ; blocks A*B]. A row of the block anchored at a sees context keys before min(a, length) and
+    every key of its own block: the dense mask would be [M, A*B, S + A*B] with all but S + B keys of a row masked, so
+    most of its scores (and of their memory) would be computed only to be dropped. Flex attention skips them on a GPU,
+    but has no backward on a CPU; :func:`anchored_block_attention` computes exactly the visible scores there.
+    """
+    anchors: torch.Tensor  # [M, A] position of each block's first row (the last committed token)
+    lengths: torch.Tensor  # [M] real length of each (right-padded) sequence
+    block_size: int
+
+
+def anchored_block_attention(q, k, v, blocks: AnchoredBlocks, scale: float) -> torch.Tensor:
+    """Attention of block rows over [context ; own block] keys; equal to SDPA with the dense mask of ``blocks``.
+
+    q: [M, heads, A*B, hd]; k, v: [M, kv_heads, S + A*B, hd] -> [M, heads, A*B, hd]
+    """
+    m, heads, rows, head_dim = q.shape
+    kv_heads = k.shape[1]
+    groups = heads // kv_heads  # query head h reads kv head h // groups, as SDPA's enable_gqa does
+    n_blocks, block = blocks.anchors.shape[1], blocks.block_size
+    ctx_len = k.shape[2] - rows
+    q = q.reshape(m, kv_heads, groups * rows, head_dim)
+    ctx_scores = (q @ k[:, :, :ctx_len].transpose(-1, -2)).float() * scale  # [M, kvh, g*A*B, S]
+    ctx_scores = ctx_scores.view(m, kv_heads, groups, n_blocks, block, ctx_len)
+    sees = torch.arange(ctx_len, device=q.device) < torch.minimum(blocks.anchors, blocks.lengths[:, None])[..., None]
+    ctx_scores = ctx_scores.masked_fill(~sees[:, None, None, :, None, :], float("-inf"))  # [M, A, S] -> rows
+    q_blocks = q.view(m, kv_heads, groups, n_blocks, block, head_dim)
+    k_blocks = k[:, :, ctx_len:].reshape(m, kv_heads, 1, n_blocks, block, head_dim)
+    v_blocks = v[:, :, ctx_len:].reshape(m, kv_heads, 1, n_blocks, block, head_dim)
+    own_scores = (q_blocks @ k_blocks.transpose(-1, -2)).float() * scale  # [M, kvh, g, A, B, B]
+    # one softmax over the S + B visible keys of each row (every row sees its own block, so none is empty)
+    probs = torch.softmax(torch.cat([ctx_scores, own_scores], dim=-1), dim=-1).to(v.dtype)
+    ctx_probs, own_probs = probs.split([ctx_len, block], dim=-1)
+    out = ctx_probs.reshape(m, kv_heads, groups * rows, ctx_len) @ v[:, :, :ctx_len]  # [M, kvh, g*A*B, hd]
+    out = out.view(m, kv_heads, groups, n_blocks, block, head_dim) + own_probs @ v_blocks
+    return out.reshape(m, heads, rows, head_dim)
+
+
 class DFlashAttention(nn.Module):
     """Attention whose queries come from the block only and whose keys/values are [context ; block]."""
 
@@ -149,7 +191,9 @@ class DFlashAttention(nn.Module):
             k_ctx, v_ctx = past_key_values.update(k[:, :, :ctx_len], v[:, :, :ctx_len], self.layer_idx)
             k = torch.cat([k_ctx, k[:, :, ctx_len:]], dim=2)  # [B, kvh, cached + Q, hd]
             v = torch.cat([v_ctx, v[:, :, ctx_len:]], dim=2)
-        if isinstance(attention_mask, BlockMask):
+        if isinstance(attention_mask, AnchoredBlocks):  # training on a CPU: see AnchoredBlocks
+            out = anchored_block_attention(q, k, v, attention_mask, self.head_dim**-0.5)
+        elif isinstance(attention_mask, BlockMask):
             # Training: thousands of block rows per sequence, each seeing a context prefix and its own block only; a
             # block-sparse mask skips the rest (flex attention; compiled on GPU, where it also has a backward).
             out = _flex_attention(q.is_cuda)(q, k, v, block_mask=attention_mask, scale=self.head_dim**-0.5,
@@ -233,7 +277,7 @@ class DFlashDraftModel(PreTrainedModel):
         position_ids:    [B, C+Q]  absolute positions: context rows first, then block rows
         past_key_values: a transformers Cache holding earlier context K/V (appended to in place), or None
         attention_mask:  [B, 1, Q, K] bool or additive float over keys [cache ; context? ; block], or a flex
-                         attention BlockMask over the same keys; None = see all
+                         attention BlockMask over the same keys, or AnchoredBlocks (training); None = see all
         cache_block:     write the block's K/V into the cache too, right after the context rows, and attend the
                          cache buffer as returned by its update (a static cache: no per-layer concatenation); the
                          mask is then over that buffer's slots, and rolling the cache back drops the block rows

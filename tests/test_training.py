@@ -145,6 +145,35 @@ def test_anchored_blocks_give_the_dense_masks_gradients():
         torch.testing.assert_close(grads["blocks"][1][name], grad, atol=1e-6, rtol=1e-4, msg=name)
 
 
+def test_soft_labels_are_the_targets_own_next_token_distribution():
+    """--soft-label-weight 1: the loss is the slot-weighted KL from the target's distribution for each predicted
+    position (its logits one row before it) to the drafter's; an off-by-one source row would fail this."""
+    torch.manual_seed(0)
+    target = make_target("qwen3")
+    drafter = make_dflash(target, block_size=4, num_layers=1, layer_ids=[1])
+    ids = torch.randint(3, 250, (26,)).tolist()
+    batch = dt.build_anchor_batch([(ids, 6)], 4, 9, 0, torch.Generator().manual_seed(5))
+    weights = dt.slot_weights(4, 2.0)
+    with torch.no_grad():
+        loss, n = dt.dflash_loss(drafter, target, batch, weights, soft_label_weight=1.0)
+        hard, _ = dt.dflash_loss(drafter, target, batch, weights, soft_label_weight=0.0)
+        teacher = torch.log_softmax(target(torch.tensor([ids])).logits[0].float(), -1)  # [S, V]
+        student = torch.log_softmax(target.lm_head(dt.drafter_block_states(drafter, target, batch)[0]).float(), -1)
+    total, weight_sum = 0.0, 0.0
+    for row, label in enumerate(batch.labels[0].flatten().tolist()):
+        if label == -100:
+            continue
+        predicted = int(batch.anchors[0, row // 4]) + row % 4  # the position whose token this row predicts
+        p = teacher[predicted - 1]
+        total += float(weights[row % 4]) * float((p.exp() * (p - student[row])).sum())
+        weight_sum += float(weights[row % 4])
+    assert n == int((batch.labels != -100).sum()) and n > 10
+    assert float(loss) == pytest.approx(total / weight_sum, rel=1e-4)
+    assert float(loss) != pytest.approx(float(hard), rel=1e-2)
+    with pytest.raises(ValueError, match="soft_label_weight must be in"):
+        dt.dflash_loss(drafter, target, batch, weights, soft_label_weight=1.5)
+
+
 def test_dflash_loss_trains_only_the_drafter():
     torch.manual_seed(0)
     target = make_target("qwen3")

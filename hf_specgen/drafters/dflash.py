@@ -160,6 +160,8 @@ class DFlashTreeProposer(DFlashProposer):
     expanded by the top_k tokens of position d + 1; ``best_nodes_tree`` then takes the overall best.
     """
 
+    drafts_trees = True  # a target with recurrent layers refuses trees (one state per branch)
+
     def __init__(self, drafter: DFlashDraftModel, target, block_size: int | None, compile_steps: bool,
                  tree_nodes: int, top_k: int | None):
         super().__init__(drafter, target, block_size, compile_steps)

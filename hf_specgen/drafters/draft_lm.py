@@ -25,7 +25,7 @@ import torch
 
 from ..engine.cache import CachePool, set_cache_length
 from ..engine.graphs import StepRunner
-from ..engine.support import cache_keyword
+from ..engine.support import cache_keyword, recurrent_state_reason, rollback_layer_indices
 from ..engine.taps import decoder_layers
 from ..models.eagle3 import Eagle3DraftModel
 from .ngram import ngram_candidates
@@ -41,6 +41,11 @@ def check_draft_lm_fits_target(draft_model, target) -> None:
             f"speculative_mode='classic' needs a causal LM as assistant_model (an AutoModelForCausalLM), got "
             f"{type(draft_model).__name__}. DFlash drafters go with speculative_mode='dflash'."
         )
+    if rollback_layer_indices(draft_model) or recurrent_state_reason(draft_model):
+        raise ValueError(
+            f"The draft model ({type(draft_model).__name__}) has recurrent, linear-attention or convolution layers: "
+            "hf_specgen rolls those back for targets only; use an attention-only draft model with the target's "
+            "tokenizer, or a DFlash / EAGLE-3 drafter.")
     draft_vocab = draft_model.get_output_embeddings().weight.shape[0]
     target_vocab = target.get_output_embeddings().weight.shape[0]
     if draft_vocab != target_vocab:

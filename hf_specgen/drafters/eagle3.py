@@ -148,6 +148,8 @@ class Eagle3TreeProposer(Eagle3ChainProposer):
     in the drafter's cache: level l's frontier row r sits at slot start + (l-1)k + r.
     """
 
+    drafts_trees = True  # a target with recurrent layers refuses trees (one state per branch)
+
     def __init__(self, drafter: Eagle3DraftModel, target, top_k: int, depth: int, total_tokens: int,
                  compile_steps: bool):
         super().__init__(drafter, target, depth, compile_steps)

@@ -62,6 +62,7 @@ class WhiFlashProposer:
         self.settings = settings
         self._rng = random.Random(seed)
         self.forward_calls = 0
+        self.drafts_trees = getattr(ar, "drafts_trees", False)  # its EAGLE-3 side may draft trees
 
     # ------------------------------------------------------------------ routing
     def choose(self, signal: dict) -> str:

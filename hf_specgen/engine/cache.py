@@ -12,7 +12,7 @@ masks and overwritten by the next write. Rows that would land past the end (the 
 from __future__ import annotations
 
 import torch
-from transformers.cache_utils import Cache, StaticLayer
+from transformers.cache_utils import Cache, LinearAttentionLayer, StaticLayer
 
 
 class RowStaticLayer(StaticLayer):
@@ -45,14 +45,48 @@ class RowStaticLayer(StaticLayer):
         return int(self.row_lengths.max()) if self.is_initialized else 0
 
 
-def static_cache(max_cache_len: int, num_layers: int, batch_size: int = 1, device: torch.device | str = "cpu") -> Cache:
-    """A cache of ``num_layers`` full-attention static layers with per-row write positions.
+def static_cache(max_cache_len: int, num_layers: int, batch_size: int = 1, device: torch.device | str = "cpu",
+                 recurrent_layers: list[int] | tuple[int, ...] = ()) -> Cache:
+    """A cache of ``num_layers`` full-attention static layers with per-row write positions, except at
+    ``recurrent_layers``: transformers' ``LinearAttentionLayer`` there (fixed-shape conv / recurrent states, written
+    in place), which :func:`snapshot_states` and :func:`restore_states` roll back.
 
     Built from our own layers rather than ``StaticCache(config)``: a config with sliding-window layers would get
     ring buffers, which cannot be rolled back; here every layer keeps the whole sequence and the masks apply the
     windows (``DecodingSession.target_mask``).
     """
-    return Cache(layers=[RowStaticLayer(max_cache_len, batch_size, device) for _ in range(num_layers)])
+    return Cache(layers=[LinearAttentionLayer() if i in recurrent_layers else RowStaticLayer(max_cache_len, batch_size,
+                                                                                             device)
+                         for i in range(num_layers)])
+
+
+def _state_layers(cache: Cache) -> list[LinearAttentionLayer]:
+    return [layer for layer in cache.layers if isinstance(layer, LinearAttentionLayer)]
+
+
+def snapshot_states(cache: Cache) -> list[list[torch.Tensor]]:
+    """Copies of every conv and recurrent state of the cache's linear-attention layers (empty without such layers).
+
+    A recurrent state folds every token it has seen into one tensor, so a verify that is partly rejected cannot be
+    undone by a length: the engine keeps this copy from before the verify, puts it back and re-feeds the tokens the
+    round committed (``SpeculativeDecoder._roll_back_states``). A copy is small (a layer's state does not grow with
+    the sequence) and taken once per round.
+    """
+    return [[state.clone() for states in (layer.conv_states, layer.recurrent_states) for state in states.values()
+             if state is not None] for layer in _state_layers(cache)]
+
+
+def restore_states(cache: Cache, saved: list[list[torch.Tensor]]) -> None:
+    """Put back, in place (the tensors keep their addresses), the states :func:`snapshot_states` copied."""
+    for layer, copies in zip(_state_layers(cache), saved):
+        live = [state for states in (layer.conv_states, layer.recurrent_states) for state in states.values()
+                if state is not None]
+        for state, copy in zip(live, copies, strict=True):
+            state.copy_(copy)
+
+
+def has_recurrent_states(cache: Cache) -> bool:
+    return bool(_state_layers(cache))
 
 
 class CachePool:
@@ -69,12 +103,14 @@ class CachePool:
         self.keep = keep
         self._key, self._cache = None, None
 
-    def get(self, capacity: int, num_layers: int, batch_size: int, device) -> Cache:
-        key = (capacity, num_layers, batch_size, str(device))
+    def get(self, capacity: int, num_layers: int, batch_size: int, device, recurrent_layers=()) -> Cache:
+        key = (capacity, num_layers, batch_size, str(device), tuple(recurrent_layers))
         if self.keep and key == self._key:
             set_cache_length(self._cache, 0)
+            for layer in _state_layers(self._cache):
+                layer.reset()  # the next forward is a prefill: states start from zero
             return self._cache
-        cache = static_cache(capacity, num_layers, batch_size, device)
+        cache = static_cache(capacity, num_layers, batch_size, device, recurrent_layers)
         if self.keep:
             self._key, self._cache = key, cache
         return cache
@@ -83,6 +119,8 @@ class CachePool:
 def set_cache_length(cache: Cache, length: int | torch.Tensor) -> None:
     """Move every layer's write position to ``length`` (an int for every row, or [B]) in place."""
     for layer in cache.layers:
+        if not isinstance(layer, RowStaticLayer):
+            continue  # linear-attention states have no length (see snapshot_states)
         if isinstance(length, torch.Tensor):
             layer.row_lengths.copy_(length)
         else:
@@ -91,4 +129,5 @@ def set_cache_length(cache: Cache, length: int | torch.Tensor) -> None:
 
 def cache_tensor_addresses(cache: Cache) -> list[int]:
     """data_ptr of every K and V buffer: used by tests to prove rollback never reallocates."""
-    return [t.data_ptr() for layer in cache.layers if layer.is_initialized for t in (layer.keys, layer.values)]
+    return [t.data_ptr() for layer in cache.layers if isinstance(layer, RowStaticLayer) and layer.is_initialized
+            for t in (layer.keys, layer.values)]

@@ -20,17 +20,18 @@ import inspect
 import statistics
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
-from .cache import CachePool, set_cache_length
+from .cache import CachePool, restore_states, set_cache_length, snapshot_states
 from .graphs import CACHE_BUCKET, StepRunner
 from .session import DecodingSession
 from .stats import RoundClock, SpeculativeStats
-from .support import attention_layout, cache_keyword, check_target
+from .support import (attention_layout, cache_keyword, check_target, layer_masks, padded_prefill_reason,
+                      rollback_layer_indices, rollback_mode_reason)
 from .taps import decoder_layers, tapped
 from .tree import TreeProposal, accept_greedy, accept_sampling, compact_path
 from .verify import accept_block, process_block_logits, target_choices
@@ -163,6 +164,9 @@ class SpeculativeDecoder:
         self._cache_key = cache_keyword(target)
         self._last_logits_only = {"logits_to_keep": 1} if takes else {}
         self._caches = CachePool(keep=compile_steps)
+        # Linear-attention / conv layers (Qwen3.5, Qwen3-Next, LFM2, ...): snapshotted before each verify and re-fed
+        # the committed tokens after it (_roll_back_states); empty for attention-only targets
+        self._state_layers = rollback_layer_indices(target)
         # A compiled decoder serves every later call on its target (graphs and caches reused): calls take turns.
         self._lock = threading.Lock()
 
@@ -244,6 +248,12 @@ class SpeculativeDecoder:
         capacity = _required_capacity(prompt_len, stop.max_new_tokens, width + margin, self.compile_steps,
                                       max_cache_len)
         check_target(target, capacity, reads_hidden_states=bool(self.layer_ids), prompt_len=prompt_len)
+        reason = rollback_mode_reason(target, getattr(self.proposer, "drafts_trees", False), self.compile_steps)
+        padded_prefill = bool(self._state_layers) and attention_mask is not None and not bool(attention_mask.all())
+        reason = reason or (padded_prefill_reason(target) if padded_prefill else None)
+        if reason:
+            raise ValueError(f"speculative_mode={self.mode!r} cannot decode this {type(target).__name__} exactly: "
+                             f"{reason}.")
         do_sample = bool(generation_config.do_sample)
         want_scores = bool(generation_config.return_dict_in_generate and generation_config.output_scores)
         want_logits = bool(generation_config.return_dict_in_generate and generation_config.output_logits)
@@ -251,7 +261,8 @@ class SpeculativeDecoder:
 
         dtype = target.get_input_embeddings().weight.dtype
         session = DecodingSession(input_ids, attention_mask, capacity, width, dtype, attention_layout(target))
-        self.cache = self._caches.get(capacity, len(decoder_layers(target)), batch, input_ids.device)
+        self.cache = self._caches.get(capacity, len(decoder_layers(target)), batch, input_ids.device,
+                                      self._state_layers)
         session.attach(self.cache)
         # Eager steps attend only the slots in use: every slot a round may write is below the longest row's
         # last slot + the block + the proposer's margin (compiled steps keep the capacity: one shape).
@@ -298,8 +309,11 @@ class SpeculativeDecoder:
                 # ---------------- prefill: the prompt, and the first new token of every row
                 t0 = clock.mark()
                 show()
+                prefill_mask = session.prefill_mask()
+                if padded_prefill:  # recurrent layers take the 2D padding mask (stock generate passes the same)
+                    prefill_mask = layer_masks(target, prefill_mask, attention_mask)
                 out = target(input_ids=input_ids, position_ids=session.positions[:, :prompt_len],
-                             attention_mask=session.prefill_mask(), **{self._cache_key: self.cache}, use_cache=True,
+                             attention_mask=prefill_mask, **{self._cache_key: self.cache}, use_cache=True,
                              **self._last_logits_only)
                 last_logits = out.logits[:, -1:]  # [B, 1, V]
                 scores = process_block_logits(last_logits, session, input_ids[:, -1:], logits_processor)
@@ -334,6 +348,9 @@ class SpeculativeDecoder:
                         if round_width is not None:
                             draft = (draft if draft.dim() == 2 else draft[None])[:, :round_width]
                     r1 = clock.mark()
+                    # a plain step commits its one row: nothing to roll back
+                    saved_states = snapshot_states(self.cache) if self._state_layers and round_width != 1 else None
+                    starts = session.last_slots
                     if isinstance(draft, TreeProposal):
                         result = self._verify_tree(draft, session, logits_processor, do_sample)
                     else:
@@ -342,9 +359,14 @@ class SpeculativeDecoder:
                     r2 = clock.mark()
                     # Row b's cache keeps its verified rows up to the last accepted draft; done rows keep theirs.
                     counts = torch.where(active, result.n_accepted + 1, 0)  # [B] tokens each row commits
+                    if self._state_layers:
+                        result, counts = self._commit_evenly(result, counts, active)
                     set_cache_length(self.cache, session.last_slots + counts)
                     numbers, still_active = commit(result, counts)  # the new tokens are in the session from here
                     features = result.features
+                    if self._state_layers and still_active:
+                        features = self._roll_back_states(saved_states, draft, starts, numbers, still_active,
+                                                          session, features)
                     if features is not None and self.compile_steps:
                         features = features.clone()  # a graph replay would overwrite it
                     elif features is not None and trims_context:
@@ -392,6 +414,36 @@ class SpeculativeDecoder:
             speculative_stats=stats,
         )
 
+    # ------------------------------------------------------------------ recurrent layers
+    @staticmethod
+    def _commit_evenly(result: RoundResult, counts: torch.Tensor, active: torch.Tensor):
+        """Every active row commits as many tokens as the row that accepted fewest (on the device; [B] counts).
+
+        A recurrent state is rolled back by re-feeding the committed tokens in one forward of one width, so every
+        row must commit the same number. Committing fewer of a row's verified tokens stays exact: each kept token is
+        the target's own choice after its prefix, and where a row is cut depends only on the other rows' drafts
+        (independent of this row's samples); the dropped ones are decoded again in the next round.
+        """
+        fewest = torch.where(active, counts, counts.max()).min()
+        counts = torch.where(active, fewest, 0)
+        return replace(result, n_accepted=torch.where(active, fewest - 1, result.n_accepted)), counts
+
+    def _roll_back_states(self, saved_states, draft, starts, numbers, active_rows, session, features):
+        """After a verify of W rows of which each active row committed c: the recurrent layers hold the state after
+        all W rows, so put back the state from before the verify and re-feed the c committed rows (the last committed
+        token, then the accepted drafts), over the same cache slots and masks (attention rows are rewritten with the
+        same values). Returns the verify's features, copied: the re-feed's taps would overwrite them."""
+        committed = numbers[2][active_rows[0]] + 1  # the same for every active row (_commit_evenly)
+        if committed >= draft.shape[-1] or saved_states is None:
+            return features  # every verified row was committed: the states are already right
+        features = features.clone() if features is not None else None
+        restore_states(self.cache, saved_states)
+        set_cache_length(self.cache, starts)
+        block = (draft if draft.dim() == 2 else draft[None])[:, :committed]
+        self._verify_step(block, session.position_block(starts, committed), session.verify_mask(starts, committed))
+        set_cache_length(self.cache, session.last_slots)
+        return features
+
     # ------------------------------------------------------------------ the width policy
     def _synced_time(self) -> float:
         if self.target.device.type == "cuda":
@@ -410,9 +462,13 @@ class SpeculativeDecoder:
             starts = session.last_slots
             last = session.token_block(starts, 1)
 
+            saved_states = snapshot_states(self.cache) if self._state_layers else None
+
             def run_verify(w):  # writes K/V past the committed slots only; rolled back below
                 show()
                 self._verify(last.expand(-1, w), session.position_block(starts, w), session.verify_mask(starts, w))
+                if saved_states is not None:
+                    restore_states(self.cache, saved_states)
 
             table.verify.update(measure_verify_costs(run_verify, missing, session.device,
                                                      warmups=2 if self.compile_steps else 1))

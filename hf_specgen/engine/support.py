@@ -7,8 +7,11 @@ model's state about the sequence is per-token K/V in that cache, and attention f
     architecture keeps it (``model.layers``, ``transformer.h``, ``transformer.blocks``, ``gpt_neox.layers``,
     ``model.decoder.layers``, ...): hidden-state taps hook it and the static cache has one layer per entry;
   * refused before the first forward, with the model type and the reason:
-      - recurrent or state-space layers (Mamba, RWKV, xLSTM, linear attention, short convolutions, hybrids): their
-        state is carried outside a per-token K/V cache and cannot be rolled back by a length;
+      - recurrent or state-space layers (Mamba, RWKV, xLSTM, hybrids) whose state is carried outside a per-token K/V
+        cache and cannot be rolled back by a length. Linear-attention and short-convolution layers that keep their
+        state in transformers' ``LinearAttentionLayer`` (Qwen3.5, Qwen3-Next, LFM2, ...) are the exception: the engine
+        snapshots those states before a verify and re-feeds the committed tokens (``engine/cache.py``), in chain
+        modes and eager steps (trees need a state per branch, CUDA graphs a fixed re-feed);
       - ALiBi (BLOOM, MPT, ALiBi Falcon): the model derives its position biases from a 2D padding mask, not from the
         4D per-slot masks the engine passes;
       - layers whose hidden states are not one [B, T, H] tensor (Gemma 3n's AltUp streams), or input embeddings of
@@ -35,6 +38,11 @@ from torch import nn
 # Layer kinds the engine's cache and masks reproduce; transformers names them in ``config.layer_types``.
 ATTENTION_LAYER_TYPES = {"full_attention", "sliding_attention", "chunked_attention"}
 RECURRENT_LAYER_TYPES = {"linear_attention", "conv", "hybrid", "hybrid_sliding", "mamba", "mamba2", "recurrent", "ssm"}
+# Kinds without any cache (transformers maps these legacy names to its DummyLayer): nothing to roll back.
+STATELESS_LAYER_TYPES = {"mlp", "moe", "dummy"}
+# Recurrent kinds whose whole state is a fixed-shape conv / recurrent state in transformers' LinearAttentionLayer
+# (``STATIC_LAYER_TYPE_MAPPING``): snapshots of those tensors roll them back exactly.
+ROLLBACK_LAYER_TYPES = {"linear_attention", "conv"}
 # Module class names of layers that carry a recurrent state (checked for types whose config has no layer_types).
 RECURRENT_MODULE_MARKERS = ("Mamba", "Rwkv", "RWKV", "xLSTM", "Xlstm", "Recurrent", "RgLru", "RGLRU",
                             "GatedDeltaNet", "LinearAttention", "ShortConv", "Ssm", "SSM")
@@ -72,14 +80,56 @@ def _model_type(model) -> str:
     return getattr(text_config(model), "model_type", None) or getattr(model.config, "model_type", "?")
 
 
+def rollback_layer_indices(model) -> list[int]:
+    """Indices of the decoder layers whose state the engine snapshots and re-feeds (kinds in ROLLBACK_LAYER_TYPES)."""
+    kinds = getattr(text_config(model), "layer_types", None) or []
+    return [i for i, kind in enumerate(kinds) if kind in ROLLBACK_LAYER_TYPES]
+
+
+def layer_masks(model, mask, padding: torch.Tensor | None = None):
+    """The ``attention_mask`` of a target forward: the engine's 4D mask, or, when some new tokens of a model with
+    recurrent layers are padding (a left-padded prefill), transformers' per-kind mapping (its hybrid models take a
+    dict of masks by layer kind): the 4D mask for attention layers and the 2D padding mask ``padding`` [B, T] for
+    recurrent ones, which zero the padded rows' inputs as stock generate has them do. Without padding the 4D mask
+    alone gives recurrent layers no mask, as transformers' ``create_recurrent_attention_mask`` does then."""
+    if padding is None or not rollback_layer_indices(model):
+        return mask
+    kinds = set(getattr(text_config(model), "layer_types", None) or [])
+    return {kind: padding if kind in ROLLBACK_LAYER_TYPES else mask for kind in kinds}
+
+
+def padded_prefill_reason(model) -> str | None:
+    """Why a left-padded batch cannot be decoded on this model with recurrent layers (None when it can): its forward
+    must take the per-kind mask mapping of :func:`layer_masks`. Tried once per model, on three tokens."""
+    if not rollback_layer_indices(model):
+        return None
+
+    def attempt():
+        tokens = torch.tensor([[3, 4, 5]], device=model.device)
+        causal = torch.ones(1, 1, 3, 3, dtype=torch.bool, device=model.device).tril()
+        try:
+            with torch.no_grad():
+                model(input_ids=tokens, attention_mask=layer_masks(model, causal, torch.ones_like(tokens)))
+        except (TypeError, ValueError, RuntimeError, AttributeError) as error:
+            return (f"its forward does not take transformers' mask mapping by layer kind ({type(error).__name__}), "
+                    "which the engine needs to keep padding out of its recurrent states; decode the rows one at a "
+                    "time or pad them to one length")
+        return None
+
+    return _remembered(_MASK_MAPPING, model, attempt)
+
+
 def recurrent_state_reason(model) -> str | None:
     """Why the model keeps state that a cache length cannot roll back, or None."""
     cfg = text_config(model)
     kinds = [kind for kind in (getattr(cfg, "layer_types", None) or []) if kind not in ATTENTION_LAYER_TYPES]
     recurrent_kinds = sorted({k for k in kinds if k in RECURRENT_LAYER_TYPES})
+    unsupported = [k for k in recurrent_kinds if k not in ROLLBACK_LAYER_TYPES]
+    if unsupported:
+        return (f"its layers of kind {', '.join(unsupported)} carry a recurrent state outside transformers' "
+                "linear-attention cache layers, which rolling the KV cache back after a rejected draft cannot undo")
     if recurrent_kinds:
-        return (f"its layers of kind {', '.join(recurrent_kinds)} carry a recurrent state, which rolling the KV "
-                "cache back after a rejected draft cannot undo")
+        return None  # snapshotted and re-fed (engine/cache.py); the probe checks that the snapshot is the whole state
     names = _remembered(_RECURRENT_MODULES, model, lambda: sorted(
         {type(m).__name__ for m in model.modules() if any(marker in type(m).__name__
                                                           for marker in RECURRENT_MODULE_MARKERS)}))
@@ -92,7 +142,7 @@ def recurrent_state_reason(model) -> str | None:
 def layer_state_reason(model) -> str | None:
     """Attention layers that keep per-layer state beyond K/V (sparse-attention indexers, compressed caches)."""
     kinds = sorted({kind for kind in (getattr(text_config(model), "layer_types", None) or [])
-                    if kind not in ATTENTION_LAYER_TYPES} - RECURRENT_LAYER_TYPES)
+                    if kind not in ATTENTION_LAYER_TYPES} - RECURRENT_LAYER_TYPES - STATELESS_LAYER_TYPES)
     if kinds:
         return (f"its {', '.join(kinds)} layers keep a cache of their own (indexer keys, compressed blocks), which "
                 "the engine's static caches do not hold")
@@ -207,6 +257,7 @@ def embedding_width_reason(model) -> str | None:
 _PROBED: "weakref.WeakKeyDictionary[nn.Module, str | None]" = weakref.WeakKeyDictionary()
 _WINDOWS_FOLLOWED: "weakref.WeakKeyDictionary[nn.Module, bool]" = weakref.WeakKeyDictionary()
 _RECURRENT_MODULES: "weakref.WeakKeyDictionary[nn.Module, list[str]]" = weakref.WeakKeyDictionary()
+_MASK_MAPPING: "weakref.WeakKeyDictionary[nn.Module, str | None]" = weakref.WeakKeyDictionary()
 _REMEMBERED_LOCK = threading.RLock()  # a probe may ask for another remembered fact
 
 
@@ -229,7 +280,7 @@ def engine_probe_reason(model) -> str | None:
 
 @torch.no_grad()
 def _probe(model) -> str | None:
-    from .cache import static_cache
+    from .cache import restore_states, set_cache_length, snapshot_states, static_cache
     from .session import DecodingSession
 
     device, dtype = model.device, model.get_input_embeddings().weight.dtype
@@ -240,23 +291,48 @@ def _probe(model) -> str | None:
     try:
         reference = model(input_ids=tokens[None]).logits[0, 3:].float()  # [3, V]
         session = DecodingSession(tokens[None], None, 16, 3, dtype, attention_layout(model))
-        cache = static_cache(16, len(decoder_layers(model)), 1, device)
+        cache = static_cache(16, len(decoder_layers(model)), 1, device, rollback_layer_indices(model))
         key = cache_keyword(model)
-        model(input_ids=tokens[None, :3], position_ids=session.positions[:, :3], attention_mask=session.verify_mask(0, 3),
-              **{key: cache}, use_cache=True)
-        ours = model(input_ids=tokens[None, 3:], position_ids=session.positions[:, 3:6],
-                     attention_mask=session.verify_mask(3, 3), **{key: cache}, use_cache=True).logits[0].float()
+
+        def run(ids, start):  # ids [1, 3] at positions start..start+2 over the cache
+            return model(input_ids=ids, position_ids=session.positions[:, start:start + 3],
+                         attention_mask=session.verify_mask(start, 3), **{key: cache},
+                         use_cache=True).logits[0].float()
+
+        run(tokens[None, :3], 0)
+        if rollback_layer_indices(model):
+            # a rejected verify, rolled back: the snapshot must be all the state the model keeps about the sequence
+            saved = snapshot_states(cache)
+            run(tokens.flip(0)[None, :3], 3)
+            restore_states(cache, saved)
+            set_cache_length(cache, 3)
+        ours = run(tokens[None, 3:], 3)
         tolerance = 1e-3 if dtype == torch.float32 else 5e-2
         relative_error = float((ours - reference).abs().max() / reference.abs().max().clamp(min=1e-6))
         reason = None if relative_error <= tolerance else (
             f"its logits under a static cache and 4D attention masks differ from a plain forward's (relative error "
-            f"{relative_error:.2g}): its attention does not follow the masks and cache positions it is given")
+            f"{relative_error:.2g}): its attention does not follow the masks and cache positions it is given"
+            + (", or its recurrent layers keep state outside their cache layers" if rollback_layer_indices(model)
+               else ""))
     except Exception as error:  # noqa: BLE001 (any failure here is the reason to refuse)
         reason = (f"run with a static cache and 4D attention masks it raises {type(error).__name__} "
                   f"({str(error)[:160].rstrip('.')})")
     finally:
         model.train(training)
     return reason
+
+
+def rollback_mode_reason(model, drafts_trees: bool, compiled: bool) -> str | None:
+    """Why this call cannot roll back the target's recurrent layers exactly (None when it can, or none has them)."""
+    if not rollback_layer_indices(model):
+        return None
+    if drafts_trees:
+        return ("its linear-attention / convolution layers would need one state per tree branch; use a chain (DFlash "
+                "without dflash_tree_nodes, EAGLE-3 with eagle_top_k=1, classic, or WhiFlash with eagle_top_k=1)")
+    if compiled:
+        return ("compiled steps do not roll back its linear-attention / convolution layers yet (the re-feed of the "
+                "committed tokens has a width per round); pass compile=False")
+    return None
 
 
 def check_target(model, capacity: int, reads_hidden_states: bool, prompt_len: int = 0) -> None:

@@ -135,11 +135,18 @@ def flex_block_mask(anchors: torch.Tensor, lengths: torch.Tensor, context_len: i
 ATTENTION_KINDS = ("blocks", "flex", "dense")
 
 
+@dataclass
+class TargetPass:
+    """What one frozen-target forward over a right-padded batch gives the drafter's loss."""
+    taps: torch.Tensor  # [M, S, n_taps*H] hidden states at the drafter's tapped layers
+    final: torch.Tensor  # [M, S, H] final-normed states: lm_head(final[p]) is the target's distribution for p+1
+
+
 @torch.no_grad()
-def target_taps(drafter: DFlashDraftModel, target, input_ids: torch.Tensor) -> torch.Tensor:
-    """[M, S, n_taps*H]: the frozen target's hidden states at the drafter's tapped layers, for right-padded ids."""
+def target_pass(drafter: DFlashDraftModel, target, input_ids: torch.Tensor) -> TargetPass:
     out = target.model(input_ids=input_ids, output_hidden_states=True)  # right padding: causal, no mask needed
-    return torch.cat([out.hidden_states[i + 1] for i in drafter.target_layer_ids], dim=-1)
+    taps = torch.cat([out.hidden_states[i + 1] for i in drafter.target_layer_ids], dim=-1)
+    return TargetPass(taps, out.last_hidden_state)
 
 
 def drafter_block_states(drafter: DFlashDraftModel, target, batch: AnchorBatch, attention: str = "blocks",
@@ -148,7 +155,7 @@ def drafter_block_states(drafter: DFlashDraftModel, target, batch: AnchorBatch, 
 
     attention: "blocks" (only the visible scores; any device), "flex" (a flex BlockMask; GPU training) or "dense"
     (SDPA with the full mask: the reference the other two are tested against). taps: the target's tapped states
-    for ``batch.input_ids`` when already computed (see :func:`target_taps`).
+    for ``batch.input_ids`` when already computed (:class:`TargetPass`).
     """
     device = next(drafter.parameters()).device
     input_ids = batch.input_ids.to(device)
@@ -156,7 +163,7 @@ def drafter_block_states(drafter: DFlashDraftModel, target, batch: AnchorBatch, 
     m, s = input_ids.shape
     a, block = anchors.shape[1], drafter.block_size
     if taps is None:
-        taps = target_taps(drafter, target, input_ids)
+        taps = target_pass(drafter, target, input_ids).taps
     with torch.no_grad():
         block_tokens = torch.full((m, a, block), drafter.mask_token_id, device=device)
         block_tokens[:, :, 0] = torch.gather(input_ids, 1, anchors)  # [M, A, B] = [token at a, mask, ...]
@@ -223,28 +230,51 @@ def seen_vocabulary(examples: list[tuple[list[int], int]], vocab_size: int) -> t
 
 def dflash_loss(drafter: DFlashDraftModel, target, batch: AnchorBatch, weights: torch.Tensor,
                 attention: str = "blocks", train_vocab: torch.Tensor | None = None,
-                taps: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
-    """Slot-weighted cross entropy of all blocks; returns (loss, number of scored slots).
+                passed: TargetPass | None = None, soft_label_weight: float = 0.0) -> tuple[torch.Tensor, int]:
+    """Slot-weighted loss of all blocks; returns (loss, number of scored slots).
 
-    ``train_vocab`` [V'] restricts the softmax to these token ids (every label must be one of them). On a CPU the
+    Per scored slot: (1 - w) x cross entropy against the data's token + w x KL(target || drafter), the target's own
+    distribution for that position as a soft label (w = ``soft_label_weight``; the data are the target's greedy
+    answers, so the hard label is that distribution's argmax, and the soft one also teaches which tokens come close).
+    ``train_vocab`` [V'] restricts both softmaxes to these token ids (every label must be one of them). On a CPU the
     lm_head product over a 49k vocabulary is most of a step; the tokens a target never wrote in the data only need to
-    stay unlikely, and the offline tau (full lm_head, as at inference) checks that they do.
+    stay unlikely, and the offline tau (full lm_head, as at inference) checks that they do. ``passed``: the target's
+    forward over ``batch.input_ids`` when already run.
     """
-    hidden = drafter_block_states(drafter, target, batch, attention, taps)
+    if not 0.0 <= soft_label_weight <= 1.0:
+        raise ValueError(f"soft_label_weight must be in [0, 1], not {soft_label_weight}")
+    if passed is None:
+        passed = target_pass(drafter, target, batch.input_ids.to(next(drafter.parameters()).device))
+    hidden = drafter_block_states(drafter, target, batch, attention, passed.taps)
     m, rows = hidden.shape[:2]
     labels = batch.labels.to(hidden.device).view(m, rows)
-    if train_vocab is None:
-        logits = target.lm_head(hidden).float()  # [M, A*B, V]; lm_head is frozen but passes gradients to the drafter
-    else:
+    head, head_bias = target.lm_head.weight, target.lm_head.bias
+    if train_vocab is not None:
         train_vocab = train_vocab.to(hidden.device)
-        logits = F.linear(hidden, target.lm_head.weight[train_vocab]).float()  # [M, A*B, V']
+        head, head_bias = head[train_vocab], None if head_bias is None else head_bias[train_vocab]
+    logits = F.linear(hidden, head, head_bias).float()  # [M, A*B, V']; frozen, but passes gradients to the drafter
+    if train_vocab is not None:
         position = torch.full((target.lm_head.weight.shape[0],), -100, dtype=torch.long, device=hidden.device)
         position[train_vocab] = torch.arange(len(train_vocab), device=hidden.device)
         labels = torch.where(labels == -100, labels, position[labels.clamp(min=0)])
     token_loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1), ignore_index=-100,
                                  reduction="none").view(m, rows)
-    slot_weight = weights.to(hidden.device).repeat(rows // weights.shape[0])[None] * (labels != -100)  # [M, A*B]
-    n_scored = int((labels != -100).sum())
+    scored = labels != -100  # [M, A*B]
+    if soft_label_weight > 0:
+        # slot k of the block anchored at a predicts a+k: the target's distribution for it sits at row a+k-1
+        block = drafter.block_size
+        anchors = batch.anchors.to(hidden.device)
+        source = (anchors[..., None] + torch.arange(block, device=hidden.device) - 1).view(m, rows)  # [M, A*B]
+        source = source.clamp(0, passed.final.shape[1] - 1)
+        with torch.no_grad():
+            teacher_states = passed.final[torch.arange(m, device=hidden.device)[:, None], source][scored]  # [N, H]
+            teacher = F.log_softmax(F.linear(teacher_states, head, head_bias).float(), dim=-1)  # [N, V']
+        student = F.log_softmax(logits[scored], dim=-1)  # [N, V']
+        kl = F.kl_div(student, teacher, log_target=True, reduction="none").sum(-1)  # [N]
+        token_loss = token_loss.masked_scatter(scored, (1 - soft_label_weight) * token_loss[scored]
+                                               + soft_label_weight * kl)
+    slot_weight = weights.to(hidden.device).repeat(rows // weights.shape[0])[None] * scored  # [M, A*B]
+    n_scored = int(scored.sum())
     return (token_loss * slot_weight).sum() / slot_weight.sum().clamp(min=1e-6), n_scored
 
 
@@ -324,7 +354,8 @@ def train_dflash(args) -> dict:
     def loss_fn(model, batch):
         if target.device != next(model.parameters()).device:
             target.to(next(model.parameters()).device)
-        return dflash_loss(model, target, batch, weights, attention, train_vocab)
+        return dflash_loss(model, target, batch, weights, attention, train_vocab,
+                           soft_label_weight=args.soft_label_weight)
 
     def evaluate(model):
         # in the training precision: an fp32 pass over the held-out blocks takes minutes on a CPU
@@ -339,7 +370,7 @@ def train_dflash(args) -> dict:
                                  "heldout_sequences": len(heldout), "gamma": gamma, "max_anchors": args.max_anchors,
                                  "anchor_budget": args.anchor_budget, "init_from": args.init_from,
                                  "init_layers_from_target": bool(args.init_layers_from_target),
-                                 "attention": attention,
+                                 "attention": attention, "soft_label_weight": args.soft_label_weight,
                                  "train_vocab": len(train_vocab) if train_vocab is not None else "all",
                                  "drafter_parameters": sum(p.numel() for p in drafter.parameters())})
     drafter.save_pretrained(out_dir / "model")
@@ -370,6 +401,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--train-vocab", default="all", choices=["all", "seen"],
                         help="softmax over the whole vocabulary (default), or only over tokens present in the data "
                              "(a CPU saving for large vocabularies; inference always uses the full lm_head)")
+    parser.add_argument("--soft-label-weight", type=float, default=0.0,
+                        help="weight in [0, 1] of a KL term towards the target's own next-token distribution (from "
+                             "the same target forward), beside the cross entropy on the data's tokens")
     parser.add_argument("--init-from", default=None, help="start from this trained drafter (fine-tune, new data)")
     parser.add_argument("--init-layers-from-target", action="store_true",
                         help="start the drafter layers as copies of the target's last layers (needs the tap just "

@@ -1,0 +1,159 @@
+"""Hybrid targets (issue 28): linear-attention / convolution layers whose state the engine snapshots before a verify
+and re-feeds after it. Exact in every chain mode, in batches, or refused before decoding with the reason."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+import hf_specgen
+from hf_specgen.architectures import _assistant, small_config
+from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
+
+from hf_specgen.engine.loop import SpeculativeDecoder
+from test_engine import ScriptedProposer
+
+HYBRID_TYPES = ["qwen3_5_text", "qwen3_next", "lfm2"]
+# LFM2's default config has attention layers only: give it its short-convolution layers
+LAYERS = {"lfm2": ["conv", "full_attention", "conv"]}
+
+
+def hybrid_target(model_type: str, seed: int = 0):
+    config = small_config(model_type)
+    if model_type in LAYERS:
+        config.layer_types = LAYERS[model_type]
+        config.num_hidden_layers = len(config.layer_types)
+    torch.manual_seed(seed)
+    target = hf_specgen.enable(AutoModelForCausalLM.from_config(config).float().eval())
+    with torch.no_grad():
+        target.get_output_embeddings().weight.mul_(8.0)  # confident logits: no fp32 near-ties
+    return target
+
+
+def prompt_of(rng: random.Random, length: int, vocab: int) -> torch.Tensor:
+    return torch.tensor([[rng.randrange(3, vocab - 2) for _ in range(length)]])
+
+
+@pytest.mark.parametrize("model_type", HYBRID_TYPES)
+def test_partly_accepted_drafts_roll_the_recurrent_states_back(model_type):
+    """A drafter that knows the target's continuation, corrupted at random: every acceptance length occurs, and the
+    tokens and the logits of every new position are stock greedy's, so each round's states were put back and re-fed
+    exactly (the logits also catch a wrong state that happens not to change the argmax)."""
+    target = hybrid_target(model_type)
+    vocab = target.get_input_embeddings().num_embeddings
+    rng = random.Random(1)
+    lengths = set()
+    for case, corrupt in enumerate((0.15, 0.4)):
+        prompt = prompt_of(rng, rng.randint(3, 30), vocab)
+        ref = target.generate(prompt, max_new_tokens=40, do_sample=False, eos_token_id=None, output_logits=True,
+                              return_dict_in_generate=True)
+        decoder = SpeculativeDecoder(target, ScriptedProposer(ref.sequences, 6, corrupt, seed=case), "test", False)
+        config = GenerationConfig(max_length=prompt.shape[1] + 40, do_sample=False, eos_token_id=None,
+                                  return_dict_in_generate=True, output_logits=True)
+        out = decoder.generate(prompt, None, config, LogitsProcessorList(), StoppingCriteriaList())
+        assert out.sequences.tolist() == ref.sequences.tolist(), (model_type, corrupt)
+        torch.testing.assert_close(torch.cat(out.logits), torch.cat(ref.logits), atol=2e-4, rtol=1e-4)
+        lengths |= set(out.speculative_stats.acceptance_lengths)
+    assert len(lengths) > 3, lengths
+
+
+CHAIN_CALLS = {  # mode -> extra generate() arguments
+    "autoregressive": {},
+    "dflash": {},  # the default call: the width policy mixes plain steps and drafts of several widths
+    "dflash-b4": {"block_size": 4},
+    "eagle3": {"eagle_top_k": 1},
+    "classic": {},
+    "whiflash": {"eagle_top_k": 1},
+}
+
+
+def assistant_for(call: str, target):
+    mode = call.split("-")[0]
+    if mode == "whiflash":
+        return hf_specgen.WhiFlash(ar=_assistant("eagle3", target), parallel=_assistant("dflash", target),
+                                   router="entropy")
+    return _assistant(mode, target)
+
+
+@pytest.mark.parametrize("model_type", HYBRID_TYPES)
+def test_every_chain_mode_gives_stock_tokens_alone_and_in_padded_batches(model_type):
+    target = hybrid_target(model_type, seed=2)
+    vocab = target.get_input_embeddings().num_embeddings
+    rng = random.Random(7)
+    prompts = [prompt_of(rng, length, vocab) for length in (4, 13)]
+    width = max(p.shape[1] for p in prompts)
+    batch = torch.cat([torch.nn.functional.pad(p, (width - p.shape[1], 0), value=0) for p in prompts])
+    mask = torch.cat([torch.nn.functional.pad(torch.ones_like(p), (width - p.shape[1], 0)) for p in prompts])
+    for call, extra in CHAIN_CALLS.items():
+        assistant = assistant_for(call, target)
+        mode = call.split("-")[0]
+        for prompt in prompts:
+            expected = target.generate(prompt, max_new_tokens=20, do_sample=False)
+            got = target.generate(prompt, assistant_model=assistant, speculative_mode=mode, max_new_tokens=20,
+                                  do_sample=False, **extra)
+            assert got.tolist() == expected.tolist(), (model_type, call, prompt.shape[1])
+        expected = target.generate(batch, attention_mask=mask, max_new_tokens=16, do_sample=False, pad_token_id=0)
+        got = target.generate(batch, attention_mask=mask, assistant_model=assistant, speculative_mode=mode,
+                              max_new_tokens=16, do_sample=False, pad_token_id=0, **extra)
+        assert got.tolist() == expected.tolist(), (model_type, call, "batch")
+
+
+def test_fly_on_a_hybrid_target_judges_with_the_logits_of_a_clean_forward():
+    """FLy (lossy) keeps some mismatched drafts, so its tokens are not stock's; what must still hold is that every
+    committed position was judged on the target's true logits after that output's own prefix (one clean forward
+    over the output), which a verify over wrongly rolled-back states would not give."""
+    target = hybrid_target("qwen3_5_text", seed=3)
+    vocab = target.get_input_embeddings().num_embeddings
+    rng = random.Random(3)
+    kept_mismatches = 0
+    for _ in range(3):
+        prompt = prompt_of(rng, rng.randint(4, 20), vocab)
+        out = target.generate(prompt, assistant_model=_assistant("dflash", target), speculative_mode="fly",
+                              max_new_tokens=24, do_sample=False, return_dict_in_generate=True, output_logits=True,
+                              fly_window=0, block_size=4)
+        with torch.no_grad():
+            clean = target(out.sequences).logits[0, prompt.shape[1] - 1: -1]  # [new, V]
+        torch.testing.assert_close(torch.cat(out.logits), clean, atol=2e-4, rtol=1e-4)
+        kept_mismatches += int((clean.argmax(-1) != out.sequences[0, prompt.shape[1]:]).sum())
+    assert kept_mismatches > 0  # FLy did keep mismatched drafts: its rollback path was exercised
+
+
+@pytest.mark.parametrize("call, extra, named", [
+    ("dflash", {"dflash_tree_nodes": 8}, "tree branch"),
+    ("eagle3", {"eagle_top_k": 2, "eagle_total_tokens": 8}, "tree branch"),
+    ("dflash", {"speculative_compile": True}, "compile=False"),
+])
+def test_trees_and_compiled_steps_are_refused_before_decoding(call, extra, named):
+    target = hybrid_target("qwen3_5_text")
+    prompt = torch.tensor([[5, 9, 22, 41]])
+    with pytest.raises(ValueError, match=named) as error:
+        target.generate(prompt, assistant_model=_assistant(call, target), speculative_mode=call, max_new_tokens=8,
+                        do_sample=False, **extra)
+    assert "Qwen3_5ForCausalLM" in str(error.value)
+
+
+def test_a_model_keeping_state_outside_its_cache_layers_is_refused():
+    """The probe rolls a verify back before comparing logits: a layer that keeps its own state (here a running sum
+    added by a hook) fails it, so such a model is refused instead of decoding wrong tokens."""
+    target = hybrid_target("qwen3_5_text", seed=4)
+    carried = {}
+
+    def leak(module, args, output):  # remembers every token it has seen, outside any cache
+        total = carried.get("sum", torch.zeros_like(output[:, :1])) + output.sum(1, keepdim=True)
+        carried["sum"] = total.detach()
+        return output + total
+
+    target.model.layers[0].register_forward_hook(leak)
+    with pytest.raises(ValueError, match="recurrent layers keep state outside"):
+        target.generate(torch.tensor([[5, 9, 22, 41]]), speculative_mode="autoregressive", max_new_tokens=4,
+                        do_sample=False)
+
+
+def test_a_hybrid_draft_model_is_refused_with_the_fix():
+    target = hybrid_target("qwen3")  # attention-only target, hybrid draft LM
+    with pytest.raises(ValueError, match="use an attention-only draft model"):
+        target.generate(torch.tensor([[5, 9, 22, 41]]), assistant_model=hybrid_target("qwen3_5_text"),
+                        speculative_mode="classic", max_new_tokens=4, do_sample=False)

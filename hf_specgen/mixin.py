@@ -157,6 +157,19 @@ def _build_decoder(target, assistant_model, spec: SpeculativeConfig) -> Speculat
     return decoder
 
 
+# Names of the inputs multimodal models take besides text (pixel_values, image_grid_thw, input_features, ...)
+MEDIA_INPUTS = ("pixel_values", "image", "video", "audio", "input_features")
+
+
+def check_media_inputs(kwargs: dict) -> None:
+    """Refuse image / video / audio inputs before transformers processes them: the engine feeds token ids only."""
+    media = sorted(name for name, value in kwargs.items() if value is not None and not (isinstance(value, dict)
+                   and not value) and (name == "mm_encoder_outputs" or any(kind in name for kind in MEDIA_INPUTS)))
+    if media:
+        raise ValueError(f"Speculative modes decode text prompts only; this call also passes {', '.join(media)}. "
+                         "Use stock generate() (no speculative_mode) for image, video or audio inputs.")
+
+
 def _speculative_generate(model, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
                           *, decoder: SpeculativeDecoder, spec: SpeculativeConfig, streamer=None, **model_kwargs):
     """custom_generate callable: transformers has prepared everything, the engine decodes."""
@@ -173,6 +186,7 @@ def _speculative_generate(model, input_ids, logits_processor, stopping_criteria,
         raise ValueError("Speculative modes allocate their own KV caches: do not pass a filled past_key_values.")
     if model_kwargs.get("inputs_embeds") is not None:
         raise ValueError("Speculative modes need input_ids (the drafter embeds tokens): pass input_ids, not inputs_embeds.")
+    check_media_inputs(model_kwargs)  # what transformers derived from them (mm_encoder_outputs)
     check_prompt(model, input_ids)
     return decoder.generate(
         input_ids, model_kwargs.get("attention_mask"), generation_config, logits_processor, stopping_criteria,
@@ -191,6 +205,7 @@ def speculative_generate(model, stock_generate, *args, **kwargs):
     if kwargs.get("custom_generate") is not None:
         raise ValueError("speculative_mode and custom_generate cannot be combined: pass one of them.")
     check_mask_shape(kwargs.get("input_ids", kwargs.get("inputs", args[0] if args else None)), kwargs.get("attention_mask"))
+    check_media_inputs(kwargs)
     assistant_model = kwargs.pop("assistant_model", None)
     streamer = kwargs.pop("streamer", None)
     decoder = _build_decoder(model, assistant_model, spec)

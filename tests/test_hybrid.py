@@ -157,3 +157,49 @@ def test_a_hybrid_draft_model_is_refused_with_the_fix():
     with pytest.raises(ValueError, match="use an attention-only draft model"):
         target.generate(torch.tensor([[5, 9, 22, 41]]), assistant_model=hybrid_target("qwen3_5_text"),
                         speculative_mode="classic", max_new_tokens=4, do_sample=False)
+
+
+def test_a_dflash_drafter_in_the_published_qwen3_5_layout_decodes_a_hybrid_target(tmp_path):
+    """A drafter folder written in the layout of the published Qwen3.5 DFlash configs (model_type qwen3, block_size
+    at the top level, dflash_config with target_layer_ids and mask_token_id, num_target_layers), here tapping both
+    linear-attention and full-attention layers of a Qwen3.5-style target (three linear layers, then one full), loads
+    unchanged and decodes exactly; with the published null mask_token_id it is refused with the fix."""
+    import json
+
+    from hf_specgen.models.dflash import DFlashDraftModel
+    from transformers import Qwen3Config
+
+    config = small_config("qwen3_5_text")
+    config.layer_types = ["linear_attention"] * 3 + ["full_attention"]
+    config.num_hidden_layers = 4
+    torch.manual_seed(5)
+    target = hf_specgen.enable(AutoModelForCausalLM.from_config(config).float().eval())
+    with torch.no_grad():
+        target.get_output_embeddings().weight.mul_(8.0)
+    vocab, hidden = target.config.vocab_size, target.config.hidden_size
+    published = {
+        "architectures": ["DFlashDraftModel"], "auto_map": {"AutoModel": "dflash.DFlashDraftModel"},
+        "attention_bias": False, "attention_dropout": 0.0, "block_size": 4,
+        "dflash_config": {"mask_token_id": vocab - 1, "target_layer_ids": [0, 2, 3]},
+        "dtype": "float32", "head_dim": hidden // 4, "hidden_act": "silu", "hidden_size": hidden,
+        "initializer_range": 0.02, "intermediate_size": 64, "layer_types": ["full_attention"],
+        "max_position_embeddings": 4096, "model_type": "qwen3", "num_attention_heads": 4, "num_hidden_layers": 1,
+        "num_key_value_heads": 2, "num_target_layers": 4, "rms_norm_eps": 1e-06, "rope_scaling": None,
+        "rope_theta": 10000000, "tie_word_embeddings": False, "use_cache": True, "vocab_size": vocab,
+    }
+    DFlashDraftModel(Qwen3Config(**published)).save_pretrained(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps(published))  # the published file, not ours
+    drafter = hf_specgen.load_drafter(tmp_path, dtype=torch.float32)
+    assert drafter.target_layer_ids == [0, 2, 3] and drafter.block_size == 4
+    prompt = prompt_of(random.Random(5), 11, vocab)
+    expected = target.generate(prompt, max_new_tokens=24, do_sample=False)
+    for extra in ({}, {"block_size": 4}):
+        got = target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=24,
+                              do_sample=False, **extra)
+        assert got.tolist() == expected.tolist(), extra
+
+    published["dflash_config"]["mask_token_id"] = None  # as SpecForge's Qwen3.5 DFlash training configs leave it
+    (tmp_path / "config.json").write_text(json.dumps(published))
+    with pytest.raises(ValueError, match="set `dflash_config.mask_token_id` to a reserved token"):
+        target.generate(prompt, assistant_model=hf_specgen.load_drafter(tmp_path, dtype=torch.float32),
+                        speculative_mode="dflash", max_new_tokens=4, do_sample=False)

@@ -254,10 +254,11 @@ def test_a_slow_one_off_drafting_round_does_not_make_drafting_look_slow(monkeypa
 
 def test_a_call_moves_a_cost_by_a_bounded_step():
     table = CostTable({1: 0.01, 8: 0.02}, draft=0.005)
-    table.learn(8, 5.0, 5.0)  # a compile, not a round
+    table.learn_verify(8, 5.0)  # a compile, not a round
+    table.learn_draft(5.0)
     assert table.verify[8] == pytest.approx(0.02 * (1 + width_policy.COST_AVERAGING))
     assert table.draft == pytest.approx(0.005 * (1 + width_policy.COST_AVERAGING))
-    table.learn(1, 0.005, None)  # cheaper rounds are learned as they are
+    table.learn_verify(1, 0.005)  # cheaper rounds are learned as they are
     assert table.verify[1] == pytest.approx(0.01 + width_policy.COST_AVERAGING * (0.005 - 0.01))
-    table.learn(4, 0.3, None)  # a width never measured takes the clock it sees
+    table.learn_verify(4, 0.3)  # a width never measured takes the clock it sees
     assert table.verify[4] == 0.3

@@ -486,9 +486,9 @@ class SpeculativeDecoder:
                 draft.setdefault(width, []).append(stats.round_draft_seconds[i])
         drafts = [t for times in draft.values() for t in times]
         for width, times in verify.items():
-            policy.costs.learn(width, statistics.median(times), None)
+            policy.costs.learn_verify(width, statistics.median(times))
         if drafts:  # drafting costs the same at every width (the drafter drafts the whole block)
-            policy.costs.learn(0, None, statistics.median(drafts))
+            policy.costs.learn_draft(statistics.median(drafts))
 
     @staticmethod
     def _sequences(session: DecodingSession, generation_config, stop: StopRule) -> torch.Tensor:

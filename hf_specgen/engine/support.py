@@ -28,6 +28,7 @@ model's state about the sequence is per-token K/V in that cache, and attention f
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import threading
 import weakref
@@ -105,10 +106,10 @@ def padded_prefill_reason(model) -> str | None:
         return None
 
     def attempt():
-        tokens = torch.tensor([[3, 4, 5]], device=model.device)
+        tokens = _probe_tokens(model)[None, :3]
         causal = torch.ones(1, 1, 3, 3, dtype=torch.bool, device=model.device).tril()
         try:
-            with torch.no_grad():
+            with torch.no_grad(), _evaluating(model):
                 model(input_ids=tokens, attention_mask=layer_masks(model, causal, torch.ones_like(tokens)))
         except (TypeError, ValueError, RuntimeError, AttributeError) as error:
             return (f"its forward does not take transformers' mask mapping by layer kind ({type(error).__name__}), "
@@ -180,28 +181,41 @@ def prompt_window_reason(model, prompt_len: int) -> str | None:
             f"window); this prompt has {prompt_len} tokens. Shorten the prompt to at most {window} tokens")
 
 
+def _probe_tokens(model) -> torch.Tensor:
+    """[6] the fixed token ids every one-time probe runs (inside any vocabulary)."""
+    return (torch.arange(6, device=model.device) * 7 + 3) % model.get_input_embeddings().num_embeddings
+
+
+@contextlib.contextmanager
+def _evaluating(model):
+    """Eval mode for a probe (dropout would make two runs differ for no fault of the model's), restored after."""
+    training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(training)
+
+
 @torch.no_grad()
 def _follows_config_window(model) -> bool:
     """Whether the model's own masks narrow when its config's windows do: six tokens in a plain forward, with the
     config's windows and with windows of 2 tokens (transformers builds its masks from the config at each call)."""
     cfg = text_config(model)
     names = [name for name in ("sliding_window", "attention_chunk_size") if getattr(cfg, name, None)]
-    vocab = model.get_input_embeddings().num_embeddings
-    tokens = ((torch.arange(6, device=model.device) * 7 + 3) % vocab)[None]
-    training = model.training
-    model.eval()
+    tokens = _probe_tokens(model)[None]
     saved = {name: getattr(cfg, name) for name in names}
     try:
-        as_configured = model(input_ids=tokens).logits.float()
-        for name in names:
-            setattr(cfg, name, 2)
-        narrowed = model(input_ids=tokens).logits.float()
+        with _evaluating(model):
+            as_configured = model(input_ids=tokens).logits.float()
+            for name in names:
+                setattr(cfg, name, 2)
+            narrowed = model(input_ids=tokens).logits.float()
     except Exception:  # noqa: BLE001 (one that cannot run this keeps its declared windows; the engine probe judges it)
         return True
     finally:
         for name, value in saved.items():
             setattr(cfg, name, value)
-        model.train(training)
     return not torch.allclose(as_configured, narrowed, rtol=1e-4, atol=1e-5)
 
 
@@ -280,46 +294,48 @@ def engine_probe_reason(model) -> str | None:
 
 @torch.no_grad()
 def _probe(model) -> str | None:
+    try:
+        with _evaluating(model):
+            return _probe_reason(model)
+    except Exception as error:  # noqa: BLE001 (any failure here is the reason to refuse)
+        return (f"run with a static cache and 4D attention masks it raises {type(error).__name__} "
+                f"({str(error)[:160].rstrip('.')})")
+
+
+def _probe_reason(model) -> str | None:
+    """Six tokens as one plain forward, and as the engine runs them (three, then three more over a static cache
+    with 4D masks; for recurrent layers a rejected verify rolled back in between): None when the logits agree."""
     from .cache import restore_states, set_cache_length, snapshot_states, static_cache
     from .session import DecodingSession
 
     device, dtype = model.device, model.get_input_embeddings().weight.dtype
-    vocab = model.get_input_embeddings().num_embeddings
-    tokens = (torch.arange(6, device=device) * 7 + 3) % vocab
-    training = model.training
-    model.eval()  # dropout would make the two runs differ for no fault of the model's
-    try:
-        reference = model(input_ids=tokens[None]).logits[0, 3:].float()  # [3, V]
-        session = DecodingSession(tokens[None], None, 16, 3, dtype, attention_layout(model))
-        cache = static_cache(16, len(decoder_layers(model)), 1, device, rollback_layer_indices(model))
-        key = cache_keyword(model)
+    tokens = _probe_tokens(model)
 
-        def run(ids, start):  # ids [1, 3] at positions start..start+2 over the cache
-            return model(input_ids=ids, position_ids=session.positions[:, start:start + 3],
-                         attention_mask=session.verify_mask(start, 3), **{key: cache},
-                         use_cache=True).logits[0].float()
+    reference = model(input_ids=tokens[None]).logits[0, 3:].float()  # [3, V]
+    session = DecodingSession(tokens[None], None, 16, 3, dtype, attention_layout(model))
+    cache = static_cache(16, len(decoder_layers(model)), 1, device, rollback_layer_indices(model))
+    key = cache_keyword(model)
 
-        run(tokens[None, :3], 0)
-        if rollback_layer_indices(model):
-            # a rejected verify, rolled back: the snapshot must be all the state the model keeps about the sequence
-            saved = snapshot_states(cache)
-            run(tokens.flip(0)[None, :3], 3)
-            restore_states(cache, saved)
-            set_cache_length(cache, 3)
-        ours = run(tokens[None, 3:], 3)
-        tolerance = 1e-3 if dtype == torch.float32 else 5e-2
-        relative_error = float((ours - reference).abs().max() / reference.abs().max().clamp(min=1e-6))
-        reason = None if relative_error <= tolerance else (
-            f"its logits under a static cache and 4D attention masks differ from a plain forward's (relative error "
-            f"{relative_error:.2g}): its attention does not follow the masks and cache positions it is given"
-            + (", or its recurrent layers keep state outside their cache layers" if rollback_layer_indices(model)
-               else ""))
-    except Exception as error:  # noqa: BLE001 (any failure here is the reason to refuse)
-        reason = (f"run with a static cache and 4D attention masks it raises {type(error).__name__} "
-                  f"({str(error)[:160].rstrip('.')})")
-    finally:
-        model.train(training)
-    return reason
+    def run(ids, start):  # ids [1, 3] at positions start..start+2 over the cache
+        return model(input_ids=ids, position_ids=session.positions[:, start:start + 3],
+                     attention_mask=session.verify_mask(start, 3), **{key: cache},
+                     use_cache=True).logits[0].float()
+
+    run(tokens[None, :3], 0)
+    if rollback_layer_indices(model):
+        # a rejected verify, rolled back: the snapshot must be all the state the model keeps about the sequence
+        saved = snapshot_states(cache)
+        run(tokens.flip(0)[None, :3], 3)
+        restore_states(cache, saved)
+        set_cache_length(cache, 3)
+    ours = run(tokens[None, 3:], 3)
+    tolerance = 1e-3 if dtype == torch.float32 else 5e-2
+    relative_error = float((ours - reference).abs().max() / reference.abs().max().clamp(min=1e-6))
+    return None if relative_error <= tolerance else (
+        f"its logits under a static cache and 4D attention masks differ from a plain forward's (relative error "
+        f"{relative_error:.2g}): its attention does not follow the masks and cache positions it is given"
+        + (", or its recurrent layers keep state outside their cache layers" if rollback_layer_indices(model)
+           else ""))
 
 
 def rollback_mode_reason(model, drafts_trees: bool, compiled: bool) -> str | None:

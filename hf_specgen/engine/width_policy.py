@@ -69,12 +69,14 @@ class CostTable:
     verify: dict[int, float] = field(default_factory=dict)
     draft: float | None = None
 
-    def learn(self, width: int, verify_seconds: float | None, draft_seconds: float | None) -> None:
-        """One call's typical clock at ``width`` (its median round) moves the running costs a step towards it."""
-        if verify_seconds is not None:
-            self.verify[width] = _towards(self.verify.get(width), verify_seconds)
-        if draft_seconds is not None and self.draft is not None:
-            self.draft = _towards(self.draft, draft_seconds)
+    def learn_verify(self, width: int, seconds: float) -> None:
+        """One call's typical verify clock at ``width`` (its median round) moves that cost a step towards it."""
+        self.verify[width] = _towards(self.verify.get(width), seconds)
+
+    def learn_draft(self, seconds: float) -> None:
+        """One call's typical drafting clock moves the drafting cost a step towards it (once it was measured)."""
+        if self.draft is not None:
+            self.draft = _towards(self.draft, seconds)
 
 
 def _towards(old: float | None, seen: float) -> float:

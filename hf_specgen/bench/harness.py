@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 import torch
 from transformers.generation.streamers import BaseStreamer
 
-from ..engine.cache import set_cache_length, static_cache
+from ..engine.cache import restore_states, set_cache_length, snapshot_states, static_cache
 from ..engine.session import DecodingSession
-from ..engine.support import cache_keyword
+from ..engine.support import cache_keyword, rollback_layer_indices
 from ..engine.taps import HiddenStateTap, decoder_layers
 
 
@@ -139,7 +139,8 @@ def tap_cost(target, layer_ids: list[int], width: int, repeats: int = 30) -> dic
     prompt = torch.randint(3, target.config.vocab_size - 1, (1, 64), device=target.device)
     dtype = target.get_input_embeddings().weight.dtype
     session = DecodingSession(prompt, None, 64 + 2 * width, width, dtype)
-    cache = static_cache(session.capacity, len(decoder_layers(target)), 1, target.device)
+    cache = static_cache(session.capacity, len(decoder_layers(target)), 1, target.device,
+                         rollback_layer_indices(target))
     target(input_ids=prompt, position_ids=session.positions[:, :64], attention_mask=session.prefill_mask(),
            **{cache_keyword(target): cache}, use_cache=True)
     block = torch.randint(3, target.config.vocab_size - 1, (1, width), device=target.device)
@@ -148,8 +149,10 @@ def tap_cost(target, layer_ids: list[int], width: int, repeats: int = 30) -> dic
 
     def timed(with_taps: bool) -> float:
         samples = []
+        states = snapshot_states(cache)  # recurrent layers (hybrid targets) start every repeat from the prompt
         for _ in range(repeats):
             set_cache_length(cache, 64)
+            restore_states(cache, states)
             t0 = time.perf_counter()
             if with_taps:
                 with HiddenStateTap(target, layer_ids) as tap:

@@ -265,9 +265,10 @@ class SpeculativeDecoder:
                                       self._state_layers)
         session.attach(self.cache)
         # Eager steps attend only the slots in use: every slot a round may write is below the longest row's
-        # last slot + the block + the proposer's margin (compiled steps keep the capacity: one shape).
-        show = (lambda: None) if self.compile_steps else (
-            lambda: session.show(max(session.host_lengths) + width + margin))
+        # last slot + the round's verified rows + the proposer's margin (compiled steps keep the capacity: one
+        # shape). A plain step of the width policy so attends no slot for the block it does not verify.
+        show = (lambda rows=width: None) if self.compile_steps else (
+            lambda rows=width: session.show(max(session.host_lengths) + rows + margin))
         stats = SpeculativeStats(mode=self.mode, block_size=width, lossy=self.verifier is not None, batch_size=batch)
         clock = RoundClock(target.device)
         if streamer is not None:
@@ -334,8 +335,8 @@ class SpeculativeDecoder:
                 rounds = []  # per round: its clock marks (read once, after the call)
                 while active_rows:
                     r0 = clock.mark()
-                    show()
                     round_width = policy.choose() if policy is not None else None
+                    show(round_width or width)
                     if round_width == 1:  # a plain step: verify the last committed token alone, draft nothing
                         draft = session.token_block(session.last_slots, 1)
                     else:
@@ -365,8 +366,7 @@ class SpeculativeDecoder:
                     numbers, still_active = commit(result, counts)  # the new tokens are in the session from here
                     features = result.features
                     if self._state_layers and still_active:
-                        features = self._roll_back_states(saved_states, draft, starts, numbers, still_active,
-                                                          session, features)
+                        self._roll_back_states(saved_states, draft, starts, numbers, still_active, session)
                     if features is not None and self.compile_steps:
                         features = features.clone()  # a graph replay would overwrite it
                     elif features is not None and trims_context:
@@ -428,21 +428,20 @@ class SpeculativeDecoder:
         counts = torch.where(active, fewest, 0)
         return replace(result, n_accepted=torch.where(active, fewest - 1, result.n_accepted)), counts
 
-    def _roll_back_states(self, saved_states, draft, starts, numbers, active_rows, session, features):
+    def _roll_back_states(self, saved_states, draft, starts, numbers, active_rows, session) -> None:
         """After a verify of W rows of which each active row committed c: the recurrent layers hold the state after
         all W rows, so put back the state from before the verify and re-feed the c committed rows (the last committed
         token, then the accepted drafts), over the same cache slots and masks (attention rows are rewritten with the
-        same values). Returns the verify's features, copied: the re-feed's taps would overwrite them."""
+        same values). The verify's features stay the ones handed to the drafter (eager taps concatenate into a new
+        tensor, so the re-feed's taps do not overwrite them; compiled steps are refused for these targets)."""
         committed = numbers[2][active_rows[0]] + 1  # the same for every active row (_commit_evenly)
         if committed >= draft.shape[-1] or saved_states is None:
-            return features  # every verified row was committed: the states are already right
-        features = features.clone() if features is not None else None
+            return  # every verified row was committed: the states are already right
         restore_states(self.cache, saved_states)
         set_cache_length(self.cache, starts)
         block = (draft if draft.dim() == 2 else draft[None])[:, :committed]
         self._verify_step(block, session.position_block(starts, committed), session.verify_mask(starts, committed))
         set_cache_length(self.cache, session.last_slots)
-        return features
 
     # ------------------------------------------------------------------ the width policy
     def _synced_time(self) -> float:
@@ -465,7 +464,7 @@ class SpeculativeDecoder:
             saved_states = snapshot_states(self.cache) if self._state_layers else None
 
             def run_verify(w):  # writes K/V past the committed slots only; rolled back below
-                show()
+                show(w)
                 self._verify(last.expand(-1, w), session.position_block(starts, w), session.verify_mask(starts, w))
                 if saved_states is not None:
                     restore_states(self.cache, saved_states)

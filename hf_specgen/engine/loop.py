@@ -30,7 +30,7 @@ from .cache import CachePool, restore_states, set_cache_length, snapshot_states
 from .graphs import CACHE_BUCKET, StepRunner
 from .session import DecodingSession
 from .stats import RoundClock, SpeculativeStats
-from .support import (attention_layout, cache_keyword, check_target, layer_masks, padded_prefill_reason,
+from .support import (attention_layout, cache_keyword, check_target, layer_masks, model_type, padded_prefill_reason,
                       rollback_layer_indices, rollback_mode_reason)
 from .taps import decoder_layers, tapped
 from .tree import TreeProposal, accept_greedy, accept_sampling, compact_path
@@ -252,8 +252,8 @@ class SpeculativeDecoder:
         padded_prefill = bool(self._state_layers) and attention_mask is not None and not bool(attention_mask.all())
         reason = reason or (padded_prefill_reason(target) if padded_prefill else None)
         if reason:
-            raise ValueError(f"speculative_mode={self.mode!r} cannot decode this {type(target).__name__} exactly: "
-                             f"{reason}.")
+            raise ValueError(f"speculative_mode={self.mode!r} cannot decode model type {model_type(target)!r} "
+                             f"({type(target).__name__}) exactly: {reason}.")
         do_sample = bool(generation_config.do_sample)
         want_scores = bool(generation_config.return_dict_in_generate and generation_config.output_scores)
         want_logits = bool(generation_config.return_dict_in_generate and generation_config.output_logits)

@@ -77,7 +77,7 @@ def decoder_layers(model: nn.Module) -> nn.ModuleList:
     )
 
 
-def _model_type(model) -> str:
+def model_type(model) -> str:
     return getattr(text_config(model), "model_type", None) or getattr(model.config, "model_type", "?")
 
 
@@ -153,7 +153,7 @@ def layer_state_reason(model) -> str | None:
 def alibi_reason(model) -> str | None:
     cfg = text_config(model)
     attn_config = getattr(cfg, "attn_config", None)
-    uses_alibi = (getattr(cfg, "alibi", False) is True or _model_type(model) == "bloom"
+    uses_alibi = (getattr(cfg, "alibi", False) is True or model_type(model) == "bloom"
                   or getattr(attn_config, "alibi", False) is True)
     return ("it adds ALiBi position biases derived from a 2D padding mask, which the engine's per-slot 4D masks "
             "do not carry") if uses_alibi else None
@@ -353,7 +353,7 @@ def rollback_mode_reason(model, drafts_trees: bool, compiled: bool) -> str | Non
 
 def check_target(model, capacity: int, reads_hidden_states: bool, prompt_len: int = 0) -> None:
     """Refuse, before any forward, a target the engine cannot decode exactly; see the module docstring."""
-    kind = _model_type(model)
+    kind = model_type(model)
     if getattr(model.config, "is_encoder_decoder", False):
         raise ValueError(f"{kind!r} is an encoder-decoder model: speculative modes support decoder-only targets "
                          "(AutoModelForCausalLM).")

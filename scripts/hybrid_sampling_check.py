@@ -21,34 +21,9 @@ from hf_specgen.architectures import small_config
 from hf_specgen.engine.loop import SpeculativeDecoder
 
 
-class GreedyContinuation:
-    """Drafts each row's greedy continuation with plain forwards (rows commit equally, so they stack unpadded)."""
-
-    tapped_layer_ids = None
-    block_size = 4
-
-    def __init__(self, target):
-        self.target = target
-
-    def start(self, session, prompt_features):
-        self.session = session
-
-    @torch.no_grad()
-    def propose(self):
-        ids = torch.stack([self.session.row(b).view(-1) for b in range(self.session.batch_size)])
-        draft = ids[:, -1:]
-        for _ in range(self.block_size - 1):
-            nxt = self.target(ids).logits[:, -1:].argmax(-1)
-            ids, draft = torch.cat([ids, nxt], 1), torch.cat([draft, nxt], 1)
-        return draft
-
-    def commit(self, features, n_committed):
-        pass
-
-
 def main() -> None:
     from scipy.stats import chisquare
-    from test_sampling import SAMPLES, STEPS, VOCAB, exact_joint
+    from test_sampling import SAMPLES, STEPS, VOCAB, GreedySelfProposer, exact_joint
     config = small_config("qwen3_5_text")
     config.vocab_size, config.bos_token_id, config.eos_token_id, config.pad_token_id = VOCAB, None, None, None
     torch.manual_seed(4)
@@ -57,7 +32,7 @@ def main() -> None:
         target.get_output_embeddings().weight.mul_(2.0)
     prompt = torch.tensor([[1, 3, 5, 2, 4]])
     expected = exact_joint(target, prompt, LogitsProcessorList())
-    decoder = SpeculativeDecoder(target, GreedyContinuation(target), "test", compile_steps=False)
+    decoder = SpeculativeDecoder(target, GreedySelfProposer(target), "test", compile_steps=False)
     torch.manual_seed(1234)
     counts, accepted, rows = dict.fromkeys(expected, 0), 0, 2
     config = GenerationConfig(max_length=prompt.shape[1] + STEPS, do_sample=True, top_k=None, return_dict_in_generate=True)

@@ -63,6 +63,12 @@ def _state_layers(cache: Cache) -> list[LinearAttentionLayer]:
     return [layer for layer in cache.layers if isinstance(layer, LinearAttentionLayer)]
 
 
+def _live_states(layer: LinearAttentionLayer) -> list[torch.Tensor]:
+    """The layer's conv and recurrent state tensors that exist (lazily created at its first forward)."""
+    return [state for states in (layer.conv_states, layer.recurrent_states) for state in states.values()
+            if state is not None]
+
+
 def snapshot_states(cache: Cache) -> list[list[torch.Tensor]]:
     """Copies of every conv and recurrent state of the cache's linear-attention layers (empty without such layers).
 
@@ -71,16 +77,13 @@ def snapshot_states(cache: Cache) -> list[list[torch.Tensor]]:
     round committed (``SpeculativeDecoder._roll_back_states``). A copy is small (a layer's state does not grow with
     the sequence) and taken once per round.
     """
-    return [[state.clone() for states in (layer.conv_states, layer.recurrent_states) for state in states.values()
-             if state is not None] for layer in _state_layers(cache)]
+    return [[state.clone() for state in _live_states(layer)] for layer in _state_layers(cache)]
 
 
 def restore_states(cache: Cache, saved: list[list[torch.Tensor]]) -> None:
     """Put back, in place (the tensors keep their addresses), the states :func:`snapshot_states` copied."""
     for layer, copies in zip(_state_layers(cache), saved):
-        live = [state for states in (layer.conv_states, layer.recurrent_states) for state in states.values()
-                if state is not None]
-        for state, copy in zip(live, copies, strict=True):
+        for state, copy in zip(_live_states(layer), copies, strict=True):
             state.copy_(copy)
 
 

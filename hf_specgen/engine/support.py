@@ -313,10 +313,11 @@ def _probe_reason(model) -> str | None:
 
     device, dtype = model.device, model.get_input_embeddings().weight.dtype
     tokens = _probe_tokens(model)
+    recurrent_layers = rollback_layer_indices(model)
 
     reference = model(input_ids=tokens[None]).logits[0, 3:].float()  # [3, V]
     session = DecodingSession(tokens[None], None, 16, 3, dtype, attention_layout(model))
-    cache = static_cache(16, len(decoder_layers(model)), 1, device, rollback_layer_indices(model))
+    cache = static_cache(16, len(decoder_layers(model)), 1, device, recurrent_layers)
     key = cache_keyword(model)
 
     def run(ids, start):  # ids [1, 3] at positions start..start+2 over the cache
@@ -325,7 +326,7 @@ def _probe_reason(model) -> str | None:
                      use_cache=True).logits[0].float()
 
     run(tokens[None, :3], 0)
-    if rollback_layer_indices(model):
+    if recurrent_layers:
         # a rejected verify, rolled back: the snapshot must be all the state the model keeps about the sequence
         saved = snapshot_states(cache)
         run(tokens.flip(0)[None, :3], 3)
@@ -337,8 +338,7 @@ def _probe_reason(model) -> str | None:
     return None if relative_error <= tolerance else (
         f"its logits under a static cache and 4D attention masks differ from a plain forward's (relative error "
         f"{relative_error:.2g}): its attention does not follow the masks and cache positions it is given"
-        + (", or its recurrent layers keep state outside their cache layers" if rollback_layer_indices(model)
-           else ""))
+        + (", or its recurrent layers keep state outside their cache layers" if recurrent_layers else ""))
 
 
 def rollback_mode_reason(model, drafts_trees: bool, compiled: bool) -> str | None:

@@ -249,14 +249,13 @@ def dflash_loss(drafter: DFlashDraftModel, target, batch: AnchorBatch, weights: 
     m, rows = hidden.shape[:2]
     labels = batch.labels.to(hidden.device).view(m, rows)
     head, head_bias = target.lm_head.weight, target.lm_head.bias
-    if train_vocab is not None:
+    if train_vocab is not None:  # the restricted head, and each label's position in it
         train_vocab = train_vocab.to(hidden.device)
         head, head_bias = head[train_vocab], None if head_bias is None else head_bias[train_vocab]
-    logits = F.linear(hidden, head, head_bias).float()  # [M, A*B, V']; frozen, but passes gradients to the drafter
-    if train_vocab is not None:
         position = torch.full((target.lm_head.weight.shape[0],), -100, dtype=torch.long, device=hidden.device)
         position[train_vocab] = torch.arange(len(train_vocab), device=hidden.device)
         labels = torch.where(labels == -100, labels, position[labels.clamp(min=0)])
+    logits = F.linear(hidden, head, head_bias).float()  # [M, A*B, V']; frozen, but passes gradients to the drafter
     token_loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1), ignore_index=-100,
                                  reduction="none").view(m, rows)
     scored = labels != -100  # [M, A*B]

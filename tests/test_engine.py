@@ -134,6 +134,30 @@ def test_rollback_never_reallocates(qwen3_pair):
     assert len(set(seen)) == 1 and all(len(a) > 0 for a in seen[0])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cache_writes_put_each_rows_tokens_at_its_own_slots(dtype):
+    from hf_specgen.engine.cache import RowStaticLayer, write_slots
+
+    generator = torch.Generator().manual_seed(0)
+    buffer = torch.randn(3, 2, 40, 8, generator=generator).to(dtype)  # [B, heads, S, head_dim]
+    rows = torch.randn(3, 2, 5, 8, generator=generator).to(dtype)  # [B, heads, T, head_dim]
+    slots = torch.tensor([[0, 1, 2, 3, 4], [17, 18, 19, 20, 21], [35, 36, 37, 38, 39]])  # ragged rows
+    expected = buffer.clone()
+    for b in range(3):
+        for t in range(5):
+            expected[b, :, slots[b, t]] = rows[b, :, t]
+    write_slots(buffer, slots, rows)
+    assert torch.equal(buffer, expected)
+
+    layer = RowStaticLayer(max_cache_len=40, batch_size=3)
+    layer.update(rows[:, :, :2], rows[:, :, :2])
+    layer.row_lengths.copy_(torch.tensor([2, 10, 38]))  # rows at different lengths, as after a ragged acceptance
+    keys, _ = layer.update(rows[:, :, 2:], rows[:, :, 2:])
+    assert torch.equal(keys[0, :, :5], rows[0]) and torch.equal(keys[1, :, 10:13], rows[1, :, 2:])
+    # row 2 runs past the end: its rows go to the last slot (which one lands there is unspecified), nothing fails
+    assert torch.equal(keys[2, :, 38], rows[2, :, 2]) and layer.row_lengths.tolist() == [5, 13, 41]
+
+
 def test_exact_max_new_tokens_and_stop_tokens(qwen3_pair):
     target, drafter = qwen3_pair
     rng = random.Random(11)

@@ -257,7 +257,7 @@ def _lm_args(root: Path, out: Path, **kw) -> Namespace:
     base = dict(tokenizer=str(root / "tokenizer"), pretrain_data=None, chat_data=None, eval_corpus=None, out=str(out),
                 hidden_size=64, layers=1, intermediate_size=128, heads=4, kv_heads=2, init_embeddings_from=None,
                 seq_len=64, batch_size=4, lr=3e-3, warmup_fraction=0.1, max_steps=6, time_budget_minutes=None,
-                mixed_precision="no", seed=0, no_resume=False, threads=0)
+                mixed_precision="no", seed=0, no_resume=False, threads=0, eval_every_minutes=None)
     base.update(kw)
     return Namespace(**base)
 
@@ -300,6 +300,29 @@ def trained_runs(mini_world):
           "--dflash", str(runs / "dflash" / "model"), "--data", str(regen), "--out", str(runs / "whiflash"),
           "--eagle-depth", "3", "--max-steps", "5", "--batch-size", "8"])
     return runs
+
+
+def test_evaluations_during_training_make_a_curve_without_changing_the_training(mini_world, trained_runs, tmp_path):
+    from safetensors.torch import load_file
+
+    from hf_specgen.cli import main
+
+    def run(out, *extra):
+        main(["train", "dflash", "--target", str(mini_world / "target"), "--data", str(trained_runs / "regen.jsonl"),
+              "--out", str(out), "--block-size", "4", "--max-anchors", "8", "--batch-size", "4", "--init-from",
+              str(trained_runs / "dflash" / "model"), "--max-steps", "3", "--heldout", "8", "--mixed-precision", "no",
+              *extra])
+        return json.loads((out / "log.json").read_text()), load_file(out / "model" / "model.safetensors")
+
+    plain_log, plain_weights = run(tmp_path / "plain")
+    curve_log, curve_weights = run(tmp_path / "curve", "--eval-every-minutes", "1e-9")
+    assert "evals" not in plain_log
+    assert [e["step"] for e in curve_log["evals"]] == [1, 2, 3]  # one point per step at this tiny interval
+    assert curve_log["evals"][-1]["offline_tau"] == curve_log["eval"]["offline_tau"] == plain_log["eval"]["offline_tau"]
+    assert all(e["cpu_minutes"] > 0 and e["tokens_seen"] > 0 for e in curve_log["evals"])
+    # evaluating in between (eval mode, no gradients) leaves the optimisation bit for bit as it was
+    assert plain_weights.keys() == curve_weights.keys()
+    assert all(torch.equal(plain_weights[k], curve_weights[k]) for k in plain_weights)
 
 
 def test_regenerated_greedy_rows_are_the_targets_own_answers(mini_world, trained_runs):

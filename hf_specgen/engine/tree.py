@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from .cache import write_slots
+
 
 class TreeProposal:
     """Draft trees for a batch: ``tokens`` [B, N] (or [N] for one row), ``parents`` [B, N] (or a list) with -1 at the
@@ -138,4 +140,4 @@ def compact_path(cache, starts: torch.Tensor, path: torch.Tensor) -> None:
             for buffer in (layer.keys, layer.values):  # [B, heads, S, head_dim]
                 shape = (-1, buffer.shape[1], -1, buffer.shape[3])
                 moved = buffer.gather(2, src[:, None, :, None].expand(shape))  # read every source before writing
-                buffer.scatter_(2, dst[:, None, :, None].expand(shape), moved)
+                write_slots(buffer, dst, moved)

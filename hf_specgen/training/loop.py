@@ -34,6 +34,7 @@ class TrainSettings:
     time_budget_minutes: float | None = None
     log_every: int = 10
     checkpoint_minutes: float = 10.0
+    eval_every_minutes: float | None = None  # held-out evaluation during training too: a curve, not one point
     mixed_precision: str = "bf16"  # "no", "bf16" or "fp16" (accelerate's names)
     seed: int = 0
     resume: bool = True
@@ -45,6 +46,8 @@ class TrainSettings:
             raise ValueError("warmup_fraction must be in [0, 1)")
         if self.time_budget_minutes is not None and self.time_budget_minutes <= 0:
             raise ValueError("time_budget_minutes must be > 0 (or None for a step budget only)")
+        if self.eval_every_minutes is not None and self.eval_every_minutes <= 0:
+            raise ValueError("eval_every_minutes must be > 0 (or None to evaluate only at the end)")
         if self.mixed_precision not in ("no", "bf16", "fp16"):
             raise ValueError("mixed_precision must be 'no', 'bf16' or 'fp16'")
 
@@ -56,6 +59,9 @@ def add_run_arguments(parser, lr: float, max_steps: int = 100_000, mixed_precisi
     parser.add_argument("--max-steps", type=int, default=max_steps)
     parser.add_argument("--time-budget-minutes", type=float, default=None,
                         help="stop (and finish the cosine schedule) after this much training time")
+    parser.add_argument("--eval-every-minutes", type=float, default=None,
+                        help="also evaluate on the held-out data every this many training minutes (a curve in "
+                             "log.json's 'evals'; the evaluation time is not counted as training time)")
     parser.add_argument("--mixed-precision", default=mixed_precision, choices=["no", "bf16", "fp16"])
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     parser.add_argument("--seed", type=int, default=0)
@@ -88,7 +94,8 @@ def settings_from_args(args, out_dir) -> "TrainSettings":
     """TrainSettings from the flags of :func:`add_run_arguments`."""
     return TrainSettings(out_dir=str(out_dir), lr=args.lr, max_steps=args.max_steps,
                          time_budget_minutes=args.time_budget_minutes, warmup_fraction=args.warmup_fraction,
-                         mixed_precision=args.mixed_precision, seed=args.seed, resume=not args.no_resume)
+                         mixed_precision=args.mixed_precision, seed=args.seed, resume=not args.no_resume,
+                         eval_every_minutes=args.eval_every_minutes)
 
 
 def epoch_batch(index: int, n_items: int, batch_size: int, seed: int) -> list[int]:
@@ -162,8 +169,10 @@ def lr_factor(progress: float, warmup_fraction: float, min_lr_ratio: float) -> f
 class RunState:
     step: int = 0
     elapsed_seconds: float = 0.0
+    cpu_seconds: float = 0.0  # the process's CPU time in steps: the compute spent, whatever else shares the machine
     tokens_seen: int = 0
     history: list[dict] = field(default_factory=list)
+    evals: list[dict] = field(default_factory=list)
 
 
 def run_training(
@@ -221,9 +230,23 @@ def run_training(
     bar.update(int(1000 * progress()))
     window_loss, window_tokens, window_steps = 0.0, 0, 0
     last_checkpoint = time.perf_counter()
+
+    def evaluate_now() -> dict:
+        model.eval()
+        with torch.no_grad():
+            result = evaluate(accelerator.unwrap_model(model))
+        model.train()
+        return result
+
+    def due_for_eval() -> bool:
+        if evaluate is None or settings.eval_every_minutes is None:
+            return False
+        last = state.evals[-1]["minutes"] if state.evals else 0.0
+        return state.elapsed_seconds / 60 - last >= settings.eval_every_minutes
+
     model.train()
     while progress() < 1.0:
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         lr = settings.lr * lr_factor(progress(), settings.warmup_fraction, settings.min_lr_ratio)
         for group in optimizer.param_groups:
             group["lr"] = lr
@@ -237,17 +260,24 @@ def run_training(
         state.step += 1
         state.tokens_seen += int(n_tokens) * world
         state.elapsed_seconds += time.perf_counter() - started
+        state.cpu_seconds += time.process_time() - started_cpu
         window_loss += float(loss.detach()) * n_tokens
         window_tokens += n_tokens
         window_steps += 1
         if state.step % settings.log_every == 0 or progress() >= 1.0:
             record = {"step": state.step, "loss": window_loss / max(window_tokens, 1), "lr": lr,
                       "grad_norm": float(grad_norm), "tokens_seen": state.tokens_seen,
-                      "minutes": state.elapsed_seconds / 60, "tokens_per_second": state.tokens_seen / state.elapsed_seconds}
+                      "minutes": state.elapsed_seconds / 60, "cpu_minutes": state.cpu_seconds / 60,
+                      "tokens_per_second": state.tokens_seen / state.elapsed_seconds}
             state.history.append(record)
             bar.set_postfix(loss=f"{record['loss']:.3f}", step=state.step, tok_s=f"{record['tokens_per_second']:.0f}")
             window_loss, window_tokens, window_steps = 0.0, 0, 0
         bar.update(int(1000 * min(progress(), 1.0)) - bar.n)
+        if progress() < 1.0 and due_for_eval():
+            state.evals.append({"step": state.step, "minutes": state.elapsed_seconds / 60,
+                                "cpu_minutes": state.cpu_seconds / 60, "tokens_seen": state.tokens_seen,
+                                **evaluate_now()})
+            accelerator.print(f"step {state.step}: {state.evals[-1]}")
         if time.perf_counter() - last_checkpoint > 60 * settings.checkpoint_minutes:
             save_checkpoint()
             last_checkpoint = time.perf_counter()
@@ -257,10 +287,15 @@ def run_training(
     model.eval()
     log = {"description": description, "settings": asdict(settings), **(run_info or {}),
            "steps": state.step, "tokens_seen": state.tokens_seen, "train_minutes": state.elapsed_seconds / 60,
+           "train_cpu_minutes": state.cpu_seconds / 60,
            "final_train_loss": state.history[-1]["loss"] if state.history else None, "history": state.history}
     if evaluate is not None:
         with torch.no_grad():
             log["eval"] = evaluate(model)
+        if settings.eval_every_minutes is not None:
+            log["evals"] = state.evals + [{"step": state.step, "minutes": state.elapsed_seconds / 60,
+                                           "cpu_minutes": state.cpu_seconds / 60, "tokens_seen": state.tokens_seen,
+                                           **log["eval"]}]
     if accelerator.is_main_process:
         (out_dir / "log.json").write_text(json.dumps(log, indent=2))
         plot_loss(state.history, out_dir / "loss.png", description, log.get("eval"))

@@ -83,8 +83,8 @@ def _oracle_after(reference: list[int], switch_at: int):
     cache follows the call as usual."""
     real_propose = DFlashProposer.propose
 
-    def propose(self):
-        block = real_propose(self)  # [1, W]
+    def propose(self, width=None):
+        block = real_propose(self, width)  # [1, w]
         length = self.session.host_lengths[0]
         upcoming = reference[length: length + block.shape[1] - 1]
         if length >= switch_at and len(upcoming) == block.shape[1] - 1:
@@ -223,6 +223,42 @@ def test_policy_probes_back_off_and_return():
     assert width == 8
 
 
+def test_the_next_call_goes_on_from_the_probe_gap_reached():
+    """A drafter whose probes keep failing on this target: the next call (a new policy over the carried estimate)
+    waits the backed-off 64 plain rounds before its first probe, not 8 again."""
+    costs = CostTable({1: 1.0, 2: 1.05, 4: 1.1, 8: 1.3}, draft=0.2)
+    first = WidthPolicy((1, 2, 4, 8), costs, AcceptanceEstimate(8))
+    for _ in range(400):
+        width = first.choose()
+        first.observe(width, [0])
+    second = WidthPolicy((1, 2, 4, 8), costs, first.acceptance.carried())
+    choices = []
+    for _ in range(150):
+        width = second.choose()
+        choices.append(width)
+        second.observe(width, [0])
+    drafted = [i for i, w in enumerate(choices) if w > 1]
+    assert drafted[:2] == [64, 129]
+
+
+def test_no_probes_where_even_perfect_drafts_could_not_pay():
+    """A compute-bound batch: a verify of w rows costs w plain steps, so even a draft accepted whole commits w tokens
+    for more than w steps' time. Once the drafts fail the policy stays on plain steps, with no probe; when the costs
+    change (they follow the rounds), probing resumes."""
+    costs = CostTable({1: 1.0, 2: 2.0, 4: 4.0, 8: 8.0}, draft=0.2)
+    policy = WidthPolicy((1, 2, 4, 8), costs, AcceptanceEstimate(8))
+    assert not policy.drafting_could_pay()
+    choices = []
+    for _ in range(200):
+        width = policy.choose()
+        choices.append(width)
+        policy.observe(width, [0])
+    assert set(choices) == {1}  # the even prior's draft would not pay either at these costs
+    costs.verify.update({2: 1.05, 4: 1.1, 8: 1.3})  # the same batch turns memory-bound (say, a longer context)
+    assert policy.drafting_could_pay()
+    assert policy.choose() > 1  # the streak kept counting: the probe comes at once
+
+
 def test_a_slow_one_off_drafting_round_does_not_make_drafting_look_slow(monkeypatch):
     """A compiled step's first call at a new shape compiles and records a CUDA graph: seconds, where its replays take
     milliseconds. Emulated here by a drafter whose first timed round and one later round are slow: the policy keeps
@@ -236,11 +272,11 @@ def test_a_slow_one_off_drafting_round_does_not_make_drafting_look_slow(monkeypa
     oracle = _oracle_after(reference[0].tolist(), switch_at=0)
     calls = {"n": 0}
 
-    def slow_twice(self):
+    def slow_twice(self, width=None):
         calls["n"] += 1
         if calls["n"] in (2, 12):  # round 1 (the first timed round) and round 11
             time.sleep(0.25)
-        return oracle(self)
+        return oracle(self, width)
 
     monkeypatch.setattr(DFlashProposer, "propose", slow_twice)
     out = target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=new,

@@ -67,6 +67,7 @@ def check_dflash_fits_target(drafter: DFlashDraftModel, target, block_size: int)
 
 class DFlashProposer:
     takes_any_context_rows = True  # its mask hides the uncommitted rows, however many come
+    drafts_any_width = True  # propose(width): the lm_head runs over the verified prefix only
 
     def __init__(self, drafter: DFlashDraftModel, target, block_size: int | None, compile_steps: bool):
         self.draft_width = block_size or drafter.block_size  # W: rows of the drafted block
@@ -83,11 +84,14 @@ class DFlashProposer:
         self._caches = CachePool(keep=compile_steps)
         self.verify_widths = {self.draft_width}  # the adaptive loop widens this to its width buckets
 
-    def _draft_step(self, block_ids, context_features, positions, mask):
+    def _draft_step(self, block_ids, context_features, positions, mask, rows=None):
         # block_ids [B, W]; context_features [B, C, n_taps*H]; positions [B, C+W]; mask [B, 1, W, K]
         hidden = self.drafter(self.embed(block_ids), context_features, positions, self.cache, mask,
                               cache_block=True)  # [B, W, H]
-        return self.lm_head(hidden[:, 1:]).argmax(dim=-1)  # [B, W-1]
+        # rows: the round verifies only its first rows (adaptive width), so only their drafts go through the
+        # lm_head, which on a large vocabulary costs more than the drafter's layers (the block itself stays whole:
+        # its rows attend each other both ways)
+        return self.lm_head(hidden[:, 1:rows]).argmax(dim=-1)  # [B, rows-1] (rows None: [B, W-1])
 
     def start(self, session, prompt_features: torch.Tensor) -> None:
         self.session = session
@@ -101,9 +105,9 @@ class DFlashProposer:
         self.block_ids = torch.full((session.batch_size, self.draft_width), self.mask_token_id, dtype=torch.long,
                                     device=session.device)
 
-    def _run_drafter(self, step: StepRunner):
+    def _run_drafter(self, step: StepRunner, *step_args):
         """One drafter forward over each row's block [last committed token, mask, ...] after its pending context
-        rows; returns what ``step`` returns."""
+        rows (``step_args`` follow the mask); returns what ``step`` returns."""
         session, width = self.session, self.draft_width
         starts, n_ctx = session.last_slots, self.pending.shape[1]  # [B]
         self.block_ids[:, :1] = session.token_block(starts, 1)
@@ -114,15 +118,17 @@ class DFlashProposer:
         runner = step if n_ctx in self.verify_widths else step.eager
         set_cache_length(self.cache, self.context_start)  # the pending rows, then the block, are written from here
         mask = session.block_mask(starts, self.context_start + n_ctx, width)
-        out = runner(self.block_ids, self.pending, positions, mask)
+        out = runner(self.block_ids, self.pending, positions, mask, *step_args)
         set_cache_length(self.cache, starts)  # valid context: the slots < start (block rows and uncommitted context
         self.context_start = starts.clone()  # rows past it are hidden and overwritten next round)
         self.forward_calls += 1
         return out
 
-    def propose(self) -> torch.Tensor:
-        """[B, W] blocks to verify: each row's last committed token, then W-1 drafted tokens."""
-        drafted = self._run_drafter(self._step)
+    def propose(self, width: int | None = None) -> torch.Tensor:
+        """[B, w] blocks to verify: each row's last committed token, then w-1 drafted tokens (w = ``width``, at
+        most W; None: W). Compiled steps always draft W (one graph), and the caller keeps the first w."""
+        rows = None if width is None or self._step.compiled else width
+        drafted = self._run_drafter(self._step, rows)
         return torch.cat([self.block_ids[:, :1], drafted], dim=1)
 
     def absorb(self, features: torch.Tensor, counts: torch.Tensor) -> None:
@@ -161,6 +167,7 @@ class DFlashTreeProposer(DFlashProposer):
     """
 
     drafts_trees = True  # a target with recurrent layers refuses trees (one state per branch)
+    drafts_any_width = False  # a tree is verified whole
 
     def __init__(self, drafter: DFlashDraftModel, target, block_size: int | None, compile_steps: bool,
                  tree_nodes: int, top_k: int | None):

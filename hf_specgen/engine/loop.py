@@ -343,7 +343,10 @@ class SpeculativeDecoder:
                         timing = policy is not None and policy.needs_draft_timing and len(rounds) >= 1
                         if timing:
                             draft_started = self._synced_time()
-                        draft = self.proposer.propose()  # [B, W] (or [W] at batch 1), or a TreeProposal
+                        # [B, W] (or [W] at batch 1), or a TreeProposal; a proposer that drafts a prefix cheaper
+                        # than its whole block is told the round's width
+                        draft = (self.proposer.propose(round_width) if round_width is not None
+                                 and getattr(self.proposer, "drafts_any_width", False) else self.proposer.propose())
                         if timing:
                             policy.timed_draft(self._synced_time() - draft_started)
                         if round_width is not None:

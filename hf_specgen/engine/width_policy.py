@@ -21,7 +21,8 @@ the same engine). The policy picks the width with the most expected tokens per s
   drafter), started from an even prior so a new drafter is tried.
 
 When plain steps win, a probe round drafts after 8 plain rounds, then after 16, 32, up to 64 while probes keep
-failing, at the widest width that costs at most a quarter more than a plain step (so a failed probe wastes little). A
+failing (the next call of the same target and drafter goes on from the gap reached), at the widest width that costs at most a quarter more than a plain step (so a failed probe wastes little),
+and only where some width would pay if every draft were accepted (never, say, in a compute-bound batch). A
 probe that keeps at least half its drafts means the text changed (code, copying, lists): the old evidence is dropped
 and drafting resumes at once; the estimate then follows the new rounds. Any sequence of widths is
 lossless: the verify of a prefix of the block accepts exactly what the full verify would have, up to that prefix.
@@ -162,6 +163,9 @@ class AcceptanceEstimate:
     def __init__(self, max_width: int):
         self.reached = [0.0] * max_width
         self.accepted = [0.0] * max_width
+        # plain rounds before the next probe; carried into the next call, so a drafter whose probes keep failing
+        # on this target is not re-probed from scratch every call
+        self.probe_after = FIRST_PROBE_AFTER
 
     def rates(self, width: int) -> list[float]:
         """p_1 .. p_{width-1}. A slot's prior is the rate of the slot before it (an even one for slot 1): acceptance
@@ -200,6 +204,7 @@ class AcceptanceEstimate:
         scale = min(1.0, CARRIED_WEIGHT / max(self.reached[1], 1e-9))
         copy.reached = [r * scale for r in self.reached]
         copy.accepted = [a * scale for a in self.accepted]
+        copy.probe_after = self.probe_after
         return copy
 
 
@@ -221,7 +226,6 @@ class WidthPolicy:
         self.costs = costs
         self.acceptance = acceptance
         self.plain_streak = 0
-        self.probe_after = FIRST_PROBE_AFTER
         self.probing = False
         self.draft_timings: list[float] = []
 
@@ -247,18 +251,26 @@ class WidthPolicy:
         if best > 1:
             self.plain_streak = 0
             if self.probing:  # the probe paid: come back quickly next time plain steps win
-                self.probe_after = FIRST_PROBE_AFTER
+                self.acceptance.probe_after = FIRST_PROBE_AFTER
             self.probing = False
             return best
         if self.probing:  # the probe did not pay: wait twice as long before the next
-            self.probe_after = min(2 * self.probe_after, LAST_PROBE_AFTER)
+            self.acceptance.probe_after = min(2 * self.acceptance.probe_after, LAST_PROBE_AFTER)
             self.probing = False
         self.plain_streak += 1
-        if self.plain_streak > self.probe_after:
+        if self.plain_streak > self.acceptance.probe_after and self.drafting_could_pay():
             self.plain_streak = 0
             self.probing = True
             return self.probe_width()
         return 1
+
+    def drafting_could_pay(self) -> bool:
+        """Whether some drafting width would beat a plain step even if every draft were accepted. When none would
+        (a batch whose verify cost grows with its width as fast as the tokens it could commit: compute-bound), a
+        probe can only lose, so none is run; the streak keeps counting, so one runs as soon as the costs, which
+        follow the rounds, say otherwise."""
+        plain_rate = 1.0 / self.costs.verify[1]
+        return any(w / (self.costs.verify[w] + self.costs.draft) > plain_rate for w in self.widths[1:])
 
     def probe_width(self) -> int:
         """The widest drafting width whose round costs at most 1.25 plain steps (the narrowest, if none does)."""

@@ -217,10 +217,13 @@ def test_policy_probes_back_off_and_return():
     assert gaps[:4] == [8, 16, 32, 64] and set(gaps[4:]) == {64}
     while (width := policy.choose()) == 1:
         pass
+    assert width == 2  # the widest width costing at most 1.25 plain steps
+    after = []
     for _ in range(3):  # the probe and the rounds after it draft right
         policy.observe(width, [width - 1])
         width = policy.choose()
-    assert width == 8
+        after.append(width)
+    assert after == [4, 8, 8]  # widening at most twice per round past what the new evidence has verified
 
 
 def test_the_next_call_goes_on_from_the_probe_gap_reached():

@@ -344,8 +344,8 @@ class SpeculativeDecoder:
                         if timing:
                             draft_started = self._synced_time()
                         # [B, W] (or [W] at batch 1), or a TreeProposal; a proposer that drafts a prefix cheaper
-                        # than its whole block is told the round's width
-                        draft = (self.proposer.propose(round_width) if round_width is not None
+                        # than its whole block is told the round's width (not while the policy times drafting)
+                        draft = (self.proposer.propose(round_width) if round_width is not None and not timing
                                  and getattr(self.proposer, "drafts_any_width", False) else self.proposer.propose())
                         if timing:
                             policy.timed_draft(self._synced_time() - draft_started)
@@ -475,6 +475,12 @@ class SpeculativeDecoder:
             table.verify.update(measure_verify_costs(run_verify, missing, session.device,
                                                      warmups=2 if self.compile_steps else 1))
             set_cache_length(self.cache, starts)
+        if table.draft_head is None and getattr(self.proposer, "drafts_any_width", False) and not self.compile_steps:
+            # the lm_head over the block's W - 1 drafted rows: what a narrower round's drafting skips
+            head = self.proposer.lm_head
+            rows = torch.zeros(session.batch_size, self.width - 1, head.weight.shape[1], dtype=head.weight.dtype,
+                               device=head.weight.device)
+            table.draft_head = measure_verify_costs(lambda w: head(rows), (self.width,), session.device)[self.width]
         return WidthPolicy(widths, table, call_acceptance(self.target, self.drafter, self.width))
 
     @staticmethod
@@ -484,12 +490,12 @@ class SpeculativeDecoder:
         verify, draft = {}, {}
         for i, width in enumerate(stats.round_widths):
             verify.setdefault(width, []).append(stats.round_seconds[i] - stats.round_draft_seconds[i])
-            if width > 1 and i > 0:
-                draft.setdefault(width, []).append(stats.round_draft_seconds[i])
+            if width > 1 and i > 0:  # as the whole block's drafting (a narrow round skips lm_head rows)
+                draft.setdefault(width, []).append(policy.whole_block_draft(width, stats.round_draft_seconds[i]))
         drafts = [t for times in draft.values() for t in times]
         for width, times in verify.items():
             policy.costs.learn_verify(width, statistics.median(times))
-        if drafts:  # drafting costs the same at every width (the drafter drafts the whole block)
+        if drafts:
             policy.costs.learn_draft(statistics.median(drafts))
 
     @staticmethod

@@ -10,8 +10,10 @@ the same engine). The policy picks the width with the most expected tokens per s
 - ``verify(w)`` is measured once per (device, dtype, batch bucket, compiled) on the target's own cache, at each
   width bucket, and then follows the rounds actually run (an exponential average of their clocks); it is kept on
   the model (``save_costs`` / ``load_costs`` write and read it, so a Space or a server measures once);
-- ``draft`` is the fastest of the first call's first DRAFT_TIMING_ROUNDS steady drafting rounds, and follows the
-  rounds likewise;
+- ``draft`` is the fastest of the first call's first DRAFT_TIMING_ROUNDS steady drafting rounds (drafts of the
+  whole block, verified at the width that would pay best were drafting free), and follows the rounds likewise; a
+  DFlash round of w rows drafts only its w - 1 tokens through the lm_head, so it costs ``draft`` less that share of
+  ``draft_head`` (the lm_head over the whole block's rows, timed once);
 - a compiled step's first calls at a new shape compile and record a CUDA graph (seconds, where a replay takes
   milliseconds): measurements start after warm-ups, and a call teaches the table the median of its rounds at each
   width, never more than twice the cost it had, so such a one-off never makes drafting look slow (measured on an
@@ -21,11 +23,13 @@ the same engine). The policy picks the width with the most expected tokens per s
   drafter), started from an even prior so a new drafter is tried.
 
 When plain steps win, a probe round drafts after 8 plain rounds, then after 16, 32, up to 64 while probes keep
-failing (the next call of the same target and drafter goes on from the gap reached), at the widest width that costs at most a quarter more than a plain step (so a failed probe wastes little),
-and only where some width would pay if every draft were accepted (never, say, in a compute-bound batch). A
-probe that keeps at least half its drafts means the text changed (code, copying, lists): the old evidence is dropped
-and drafting resumes at once; the estimate then follows the new rounds. Any sequence of widths is
-lossless: the verify of a prefix of the block accepts exactly what the full verify would have, up to that prefix.
+failing (the next call of the same target and drafter goes on from the gap reached), at the widest width that costs
+at most a quarter more than a plain step (so a failed probe wastes little), and only where some width would pay if
+every draft were accepted (never, say, in a compute-bound batch). A probe that keeps at least half its drafts means
+the text changed (code, copying, lists): the old evidence is dropped and drafting resumes at once, widening at most
+twice per round past the widest round the new evidence holds (a probe of 2 rows says nothing about slot 10); the
+estimate then follows the new rounds. Any sequence of widths is lossless: the verify of a prefix of the block accepts
+exactly what the full verify would have, up to that prefix.
 """
 
 from __future__ import annotations
@@ -68,7 +72,10 @@ class CostTable:
     """Seconds of one target verify forward of w rows (``verify[w]``, the whole batch) and of one drafter forward."""
 
     verify: dict[int, float] = field(default_factory=dict)
-    draft: float | None = None
+    draft: float | None = None  # a drafter forward over the whole block
+    # the lm_head over the block's drafted rows, for a drafter that drafts only the verified prefix through it
+    # (DFlash): a round of w rows then drafts for ``draft`` less the (W - w) / (W - 1) share of this
+    draft_head: float | None = None
 
     def learn_verify(self, width: int, seconds: float) -> None:
         """One call's typical verify clock at ``width`` (its median round) moves that cost a step towards it."""
@@ -96,15 +103,15 @@ class CostModel:
         return self.tables.setdefault(key, CostTable())
 
     def to_dict(self) -> dict:
-        return {key: {"verify": {str(w): s for w, s in sorted(t.verify.items())}, "draft": t.draft}
-                for key, t in self.tables.items()}
+        return {key: {"verify": {str(w): s for w, s in sorted(t.verify.items())}, "draft": t.draft,
+                      "draft_head": t.draft_head} for key, t in self.tables.items()}
 
     @classmethod
     def from_dict(cls, data: dict) -> "CostModel":
         if not isinstance(data, dict):
             raise ValueError("a cost model file holds a JSON object {key: {'verify': {...}, 'draft': ...}}")
-        return cls({key: CostTable({int(w): float(s) for w, s in entry["verify"].items()}, entry.get("draft"))
-                    for key, entry in data.items()})
+        return cls({key: CostTable({int(w): float(s) for w, s in entry["verify"].items()}, entry.get("draft"),
+                                   entry.get("draft_head")) for key, entry in data.items()})
 
 
 _COSTS: "weakref.WeakKeyDictionary[torch.nn.Module, CostModel]" = weakref.WeakKeyDictionary()
@@ -166,6 +173,9 @@ class AcceptanceEstimate:
         # plain rounds before the next probe; carried into the next call, so a drafter whose probes keep failing
         # on this target is not re-probed from scratch every call
         self.probe_after = FIRST_PROBE_AFTER
+        # the widest round the evidence holds: slots past it were never verified, and their rate is only the prior
+        # chained from the slots before them, so the policy widens at most twice past it per round
+        self.widest = 0
 
     def rates(self, width: int) -> list[float]:
         """p_1 .. p_{width-1}. A slot's prior is the rate of the slot before it (an even one for slot 1): acceptance
@@ -185,6 +195,7 @@ class AcceptanceEstimate:
 
     def observe(self, width: int, accepted_per_row: list[int]) -> None:
         """One round of ``width`` rows: each row accepted its first ``a`` drafts (the rest of the block not)."""
+        self.widest = max(self.widest, width)
         for k in range(1, len(self.reached)):
             self.reached[k] *= ACCEPTANCE_DECAY
             self.accepted[k] *= ACCEPTANCE_DECAY
@@ -197,6 +208,7 @@ class AcceptanceEstimate:
         """Back to the prior: the rounds seen so far say nothing about the text from here on."""
         self.reached = [0.0] * len(self.reached)
         self.accepted = [0.0] * len(self.accepted)
+        self.widest = 0
 
     def carried(self) -> "AcceptanceEstimate":
         """A copy for the next call, its evidence scaled down to at most CARRIED_WEIGHT rounds' worth."""
@@ -204,7 +216,7 @@ class AcceptanceEstimate:
         scale = min(1.0, CARRIED_WEIGHT / max(self.reached[1], 1e-9))
         copy.reached = [r * scale for r in self.reached]
         copy.accepted = [a * scale for a in self.accepted]
-        copy.probe_after = self.probe_after
+        copy.probe_after, copy.widest = self.probe_after, self.widest
         return copy
 
 
@@ -239,15 +251,31 @@ class WidthPolicy:
         if len(self.draft_timings) >= DRAFT_TIMING_ROUNDS:
             self.costs.draft = min(self.draft_timings)
 
+    def draft_cost(self, width: int) -> float:
+        """Seconds of drafting for a round of ``width`` rows (none for a plain step)."""
+        if width == 1:
+            return 0.0
+        return max(self.costs.draft - self._skipped_head(width), 0.0)
+
+    def _skipped_head(self, width: int) -> float:
+        block = self.widths[-1]
+        return (self.costs.draft_head or 0.0) * (block - width) / max(block - 1, 1)
+
+    def whole_block_draft(self, width: int, seconds: float) -> float:
+        """A round of ``width`` rows drafted in ``seconds``: what drafting the whole block would have taken."""
+        return seconds + self._skipped_head(width)
+
     def rate(self, width: int) -> float:
         """Expected committed tokens per second of a round of ``width`` rows."""
-        draft = 0.0 if width == 1 else self.costs.draft
-        return self.acceptance.expected_tokens(width) / (self.costs.verify[width] + draft)
+        return self.acceptance.expected_tokens(width) / (self.costs.verify[width] + self.draft_cost(width))
 
     def choose(self) -> int:
-        if self.costs.draft is None:  # drafting not yet timed: draft the full block (the timing round)
-            return self.widths[-1]
-        best = max(self.widths, key=self.rate)
+        reach = max(2 * self.acceptance.widest, 2)
+        if self.costs.draft is None:  # drafting not yet timed (the loop times these rounds' drafts of the whole
+            # block): verify the width that would pay best if drafting were free, never a plain step
+            drafted = [w for w in self.widths[1:] if w <= reach] or [self.widths[1]]
+            return max(drafted, key=lambda w: self.acceptance.expected_tokens(w) / self.costs.verify[w])
+        best = max((w for w in self.widths if w <= reach), key=self.rate)
         if best > 1:
             self.plain_streak = 0
             if self.probing:  # the probe paid: come back quickly next time plain steps win
@@ -270,11 +298,11 @@ class WidthPolicy:
         probe can only lose, so none is run; the streak keeps counting, so one runs as soon as the costs, which
         follow the rounds, say otherwise."""
         plain_rate = 1.0 / self.costs.verify[1]
-        return any(w / (self.costs.verify[w] + self.costs.draft) > plain_rate for w in self.widths[1:])
+        return any(w / (self.costs.verify[w] + self.draft_cost(w)) > plain_rate for w in self.widths[1:])
 
     def probe_width(self) -> int:
         """The widest drafting width whose round costs at most 1.25 plain steps (the narrowest, if none does)."""
-        cheap = [w for w in self.widths[1:] if self.costs.verify[w] + self.costs.draft <= 1.25 * self.costs.verify[1]]
+        cheap = [w for w in self.widths[1:] if self.costs.verify[w] + self.draft_cost(w) <= 1.25 * self.costs.verify[1]]
         return max(cheap) if cheap else self.widths[1]
 
     def observe(self, width: int, accepted_per_row: list[int]) -> None:

@@ -87,8 +87,8 @@ def _oracle_after(reference: list[int], switch_at: int):
         block = real_propose(self, width)  # [1, w]
         length = self.session.host_lengths[0]
         upcoming = reference[length: length + block.shape[1] - 1]
-        if length >= switch_at and len(upcoming) == block.shape[1] - 1:
-            block[0, 1:] = torch.tensor(upcoming)
+        if length >= switch_at:  # right up to the reference's end (the call stops there)
+            block[0, 1: 1 + len(upcoming)] = torch.tensor(upcoming, dtype=torch.long)
         else:
             block[0, 1:] = torch.tensor([(t + 1) % 200 + 3 for t in reference[length: length + block.shape[1] - 1]]
                                         + [3] * (block.shape[1] - 1 - len(upcoming)))
@@ -242,6 +242,27 @@ def test_the_next_call_goes_on_from_the_probe_gap_reached():
         second.observe(width, [0])
     drafted = [i for i, w in enumerate(choices) if w > 1]
     assert drafted[:2] == [64, 129]
+
+
+def test_the_clock_overrules_a_model_that_says_drafting_pays():
+    """The cost model says width 8 pays (cheap verify, drafts accepted), but this call's rounds at width 8 take ten
+    plain steps' time each: after MIN_REALIZED_ROUNDS such rounds the policy runs plain steps. A one-off slow round
+    alone does not do it (the median of the last rounds)."""
+    costs = CostTable({1: 1.0, 2: 1.05, 4: 1.1, 8: 1.3}, draft=0.2)
+    policy = WidthPolicy((1, 2, 4, 8), costs, AcceptanceEstimate(8))
+    policy.acceptance.widest = 8
+    for _ in range(6):  # evidence that the drafts are right
+        policy.acceptance.observe(8, [7])
+    assert policy.choose() == 8
+    for _ in range(3):
+        policy.observe(1, [0], seconds=1.0)  # plain steps of this call: 1 token per second
+    policy.observe(8, [7], seconds=100.0)  # a one-off stall (say, a compile)
+    for _ in range(2):
+        policy.observe(8, [7], seconds=1.5)
+    assert policy.choose() == 8  # median of 1.5 s rounds: 5.3 tokens/s against a plain 1 token/s
+    for _ in range(2):
+        policy.observe(8, [7], seconds=10.0)  # the same rounds now take ten plain steps each
+    assert policy.loses_in_practice(8) and policy.choose() == 1
 
 
 def test_no_probes_where_even_perfect_drafts_could_not_pay():

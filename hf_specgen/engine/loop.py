@@ -335,6 +335,7 @@ class SpeculativeDecoder:
                 rounds = []  # per round: its clock marks (read once, after the call)
                 while active_rows:
                     r0 = clock.mark()
+                    round_started = time.perf_counter()  # after the last round's host sync: its whole clock
                     round_width = policy.choose() if policy is not None else None
                     show(round_width or width)
                     if round_width == 1:  # a plain step: verify the last committed token alone, draft nothing
@@ -380,7 +381,10 @@ class SpeculativeDecoder:
                     else:
                         self.proposer.commit(features, counts)
                     if policy is not None:
-                        policy.observe(round_width, [numbers[2][b] for b in active_rows])
+                        # a round in which a row stopped (EOS, max_new_tokens) may have committed fewer tokens than
+                        # it accepted: no measure of what its width delivers
+                        seconds = time.perf_counter() - round_started if len(still_active) == len(active_rows) else None
+                        policy.observe(round_width, [numbers[2][b] for b in active_rows], seconds)
                         stats.round_widths.append(round_width)
                     if observe is not None and still_active:  # each row's newest committed token
                         rows, newest = torch.arange(batch, device=result.logits.device), result.n_accepted

@@ -28,15 +28,19 @@ at most a quarter more than a plain step (so a failed probe wastes little), and 
 every draft were accepted (never, say, in a compute-bound batch). A probe that keeps at least half its drafts means
 the text changed (code, copying, lists): the old evidence is dropped and drafting resumes at once, widening at most
 twice per round past the widest round the new evidence holds (a probe of 2 rows says nothing about slot 10); the
-estimate then follows the new rounds. Any sequence of widths is lossless: the verify of a prefix of the block accepts
+estimate then follows the new rounds. A drafting width whose rounds in this call delivered fewer tokens per second
+than plain steps is not chosen however the model rates it (the clock overrules costs measured once and acceptance
+pooled over rows). Any sequence of widths is lossless: the verify of a prefix of the block accepts
 exactly what the full verify would have, up to that prefix.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 import time
 import weakref
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,6 +58,8 @@ ACCEPTANCE_DECAY = 0.97  # per round: older rounds weigh less, so the estimate f
 CARRIED_WEIGHT = 16.0  # at most this many rounds' worth of evidence carried into the next call
 PRIOR_ACCEPT, PRIOR_WEIGHT = 0.5, 1.0
 FIRST_PROBE_AFTER, LAST_PROBE_AFTER = 8, 64
+REALIZED_ROUNDS = 8  # a width's realized rate: the median over its last this many rounds (a one-off compile or
+MIN_REALIZED_ROUNDS = 3  # stall is no round), once it has at least this many
 
 
 def width_buckets(max_width: int, compiled: bool) -> tuple[int, ...]:
@@ -240,6 +246,9 @@ class WidthPolicy:
         self.plain_streak = 0
         self.probing = False
         self.draft_timings: list[float] = []
+        # width -> tokens committed per row per second of its last rounds: what rounds of that width actually
+        # delivered in this call, on this machine, whatever the cost model and the estimate say
+        self.realized: dict[int, deque] = {}
 
     @property
     def needs_draft_timing(self) -> bool:
@@ -276,6 +285,8 @@ class WidthPolicy:
             drafted = [w for w in self.widths[1:] if w <= reach] or [self.widths[1]]
             return max(drafted, key=lambda w: self.acceptance.expected_tokens(w) / self.costs.verify[w])
         best = max((w for w in self.widths if w <= reach), key=self.rate)
+        if best > 1 and self.loses_in_practice(best):
+            best = 1
         if best > 1:
             self.plain_streak = 0
             if self.probing:  # the probe paid: come back quickly next time plain steps win
@@ -292,6 +303,18 @@ class WidthPolicy:
             return self.probe_width()
         return 1
 
+    def realized_rate(self, width: int) -> float | None:
+        """Tokens per row per second that this call's rounds of ``width`` delivered (None before enough rounds)."""
+        rates = self.realized.get(width, ())
+        return statistics.median(rates) if len(rates) >= MIN_REALIZED_ROUNDS else None
+
+    def loses_in_practice(self, width: int) -> bool:
+        """Whether this call's rounds of ``width`` delivered fewer tokens per second than plain steps do: the
+        model (costs measured once, acceptance pooled over rows and calls) can be wrong about a batch, and the
+        clock is not. Both clocks are whole rounds, so their overheads compare alike."""
+        drafted, plain = self.realized_rate(width), self.realized_rate(1)
+        return drafted is not None and plain is not None and drafted < plain
+
     def drafting_could_pay(self) -> bool:
         """Whether some drafting width would beat a plain step even if every draft were accepted. When none would
         (a batch whose verify cost grows with its width as fast as the tokens it could commit: compute-bound), a
@@ -305,9 +328,14 @@ class WidthPolicy:
         cheap = [w for w in self.widths[1:] if self.costs.verify[w] + self.draft_cost(w) <= 1.25 * self.costs.verify[1]]
         return max(cheap) if cheap else self.widths[1]
 
-    def observe(self, width: int, accepted_per_row: list[int]) -> None:
-        if width == 1:
-            return
-        if self.probing and 2 * sum(accepted_per_row) >= (width - 1) * len(accepted_per_row):
+    def observe(self, width: int, accepted_per_row: list[int], seconds: float | None = None) -> None:
+        """One round of ``width`` rows: each active row accepted ``accepted_per_row`` drafts; ``seconds``: the whole
+        round's clock (drafting, verify, commit)."""
+        if width > 1 and self.probing and 2 * sum(accepted_per_row) >= (width - 1) * len(accepted_per_row):
             self.acceptance.forget()  # a probe kept half its drafts or more: judge the new text on its own
-        self.acceptance.observe(width, accepted_per_row)
+            self.realized = {w: entry for w, entry in self.realized.items() if w == 1}  # drafting's: old text
+        if seconds and accepted_per_row:
+            tokens_per_row = sum(a + 1 for a in accepted_per_row) / len(accepted_per_row)
+            self.realized.setdefault(width, deque(maxlen=REALIZED_ROUNDS)).append(tokens_per_row / seconds)
+        if width > 1:
+            self.acceptance.observe(width, accepted_per_row)

@@ -69,6 +69,23 @@ def decoder_only_types() -> list[str]:
     return sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
 
 
+def apply_small_sizes(config) -> None:
+    """Set SIZE's dimensions on ``config`` (a model's config or one of its sub-configs), in place, where it has them."""
+    for name, value in SIZE.items():
+        if getattr(config, "qk_rope_head_dim", None) and name in ("head_dim", "num_key_value_heads"):
+            # latent attention: RoPE runs over the qk_rope part of each head, and every head has its own K/V
+            value = SIZE["qk_rope_head_dim"] if name == "head_dim" else SIZE["num_attention_heads"]
+        try:
+            declared = hasattr(config, name) or name in getattr(config, "attribute_map", {})
+        except Exception:  # a per-layer attribute (Gemma 4) raises on its global name: set it where declared
+            declared = name in vars(config) or hasattr(type(config), name)
+        if declared:
+            try:
+                setattr(config, name, value)
+            except (AttributeError, ValueError, TypeError):
+                pass
+
+
 def small_config(model_type: str):
     """The type's default config with small dimensions, or None when it is not a decoder-only text LM."""
     from transformers import CONFIG_MAPPING
@@ -79,15 +96,7 @@ def small_config(model_type: str):
     text = config.get_text_config(decoder=True)
     if text is not config:  # a composite (vision + text ...): its text model is walked under its own type
         return None
-    for name, value in SIZE.items():
-        if getattr(config, "qk_rope_head_dim", None) and name in ("head_dim", "num_key_value_heads"):
-            # latent attention: RoPE runs over the qk_rope part of each head, and every head has its own K/V
-            value = SIZE["qk_rope_head_dim"] if name == "head_dim" else SIZE["num_attention_heads"]
-        if hasattr(config, name) or name in getattr(config, "attribute_map", {}):
-            try:
-                setattr(config, name, value)
-            except (AttributeError, ValueError, TypeError):
-                pass
+    apply_small_sizes(config)
     layer_types = getattr(config, "layer_types", None)
     if isinstance(layer_types, list) and len(layer_types) != SIZE["num_hidden_layers"]:
         # keep one layer of each kind the type has, in its order of appearance

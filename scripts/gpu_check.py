@@ -5,7 +5,9 @@ On CUDA, for random-weight Qwen3 stand-ins (fp32, where every lossless mode must
      left-padded batch of 4 for the modes that batch;
   2. no recompiles: ten compiled calls with different prompt lengths and max_new_tokens inside one max_cache_len;
   3. host reads per round (the engine's own device-to-host reads: at most one per round);
-  4. speed: the shipped tiny world (hub_models/) in bf16, eager and compiled, through `specgen bench --quick`.
+  4. speed: the shipped tiny world (hub_models/) in bf16, eager and compiled, through `specgen bench --quick`;
+  5. a hybrid target (Qwen3.5-style linear attention): plain and DFlash chain decoding with CUDA graphs, each partly
+     rejected round restoring the recurrent states and re-feeding its committed rows eagerly between replays.
 Writes a JSON report (and the bench's files) under --out, rewritten after every check, and exits non-zero if a check
 fails. Checks not reached within --budget-seconds (or before the run was stopped: SIGTERM from `timeout`) are listed
 in the report as "not_checked", and the exit status is then non-zero too.
@@ -160,6 +162,30 @@ def check_host_reads(report: Report, target, models, device) -> None:
         print(f"host reads {name:15s} {reads} reads in {rounds} rounds", flush=True)
 
 
+def check_hybrid(report: Report, device) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from hf_specgen.architectures import _assistant, small_config
+
+    torch.manual_seed(0)
+    target = hf_specgen.enable(AutoModelForCausalLM.from_config(small_config("qwen3_5_text")).float().eval().to(device))
+    with torch.no_grad():
+        target.get_output_embeddings().weight.mul_(8.0)  # confident logits: no fp32 near-ties
+    ids = torch.tensor([[5, 9, 22, 41, 7, 13, 60, 3, 88]], device=device)
+    reference = target.generate(ids, max_new_tokens=32, do_sample=False, eos_token_id=None)
+    for mode, extra in (("autoregressive", {}), ("dflash", {"assistant_model": _assistant("dflash", target).to(device),
+                                                            "block_size": 4})):
+        try:
+            out = target.generate(ids, speculative_mode=mode, speculative_compile=True, max_new_tokens=32,
+                                  do_sample=False, eos_token_id=None, **extra)
+            ok, detail = out.tolist() == reference.tolist(), ""
+        except Exception:
+            ok, detail = False, traceback.format_exc(limit=3)
+        report.add(f"hybrid {mode} compiled", {"ok": ok, "detail": detail})
+        print(f"hybrid {mode:15s} compiled  {'ok' if ok else 'FAIL'}  {detail.splitlines()[-1] if detail else ''}",
+              flush=True)
+
+
 def check_bench(report: Report, out: Path, device) -> None:
     for compiled in (False, True):
         if not report.time_left():
@@ -203,10 +229,12 @@ def main():
         report.plan([f"exact {n} compiled={c} batch={b}" for c in (False, True) for n in assistants(*models)
                      for b in (1, 4)] + ["recompiles"] + [f"host reads {n}" for n in assistants(*models)
                                                            if n in ONE_READ_PER_ROUND]
+                    + [f"hybrid {m} compiled" for m in ("autoregressive", "dflash")]
                     + ([] if args.skip_bench else [f"bench compiled={c}" for c in (False, True)]))
         check_exactness(report, target, models, device)
         check_recompiles(report, target, drafter, device)
         check_host_reads(report, target, models, device)
+        check_hybrid(report, device)
         if not args.skip_bench:
             check_bench(report, out, device)
     finally:

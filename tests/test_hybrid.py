@@ -121,12 +121,40 @@ def test_fly_on_a_hybrid_target_judges_with_the_logits_of_a_clean_forward():
     assert kept_mismatches > 0  # FLy did keep mismatched drafts: its rollback path was exercised
 
 
+@pytest.mark.parametrize("model_type", ["qwen3_5_text", "lfm2"])
+def test_compiled_chain_steps_roll_the_recurrent_states_back(model_type, monkeypatch):
+    """torch.compile'd verify steps (inductor on a CPU; CUDA graphs are scripts/gpu_check.py's) with drafts of which
+    two of three are right, so every round restores the states and re-feeds three committed rows between graph calls."""
+    from hf_specgen.drafters.dflash import DFlashProposer
+
+    target = hybrid_target(model_type)
+    prompt = prompt_of(random.Random(3), 9, target.config.vocab_size)
+    reference = target.generate(prompt, max_new_tokens=24, do_sample=False, eos_token_id=None)[0].tolist()
+    real_propose = DFlashProposer.propose
+
+    def two_right_then_wrong(self, width=None):
+        block = real_propose(self, width)  # [1, 4]
+        length = self.session.host_lengths[0]
+        upcoming = reference[length: length + 3] + [0, 0, 0]
+        block[0, 1:] = torch.tensor([upcoming[0], upcoming[1], (upcoming[2] + 1) % target.config.vocab_size])
+        return block
+
+    out = target.generate(prompt, max_new_tokens=24, do_sample=False, eos_token_id=None, speculative_mode="autoregressive",
+                          speculative_compile=True)
+    assert out[0].tolist() == reference
+    monkeypatch.setattr(DFlashProposer, "propose", two_right_then_wrong)
+    out = target.generate(prompt, assistant_model=assistant_for("dflash", target), speculative_mode="dflash",
+                          block_size=4, max_new_tokens=24, do_sample=False, eos_token_id=None,
+                          speculative_compile=True, return_dict_in_generate=True)
+    assert out.sequences[0].tolist() == reference
+    assert out.speculative_stats.acceptance_lengths[:-1] == [3] * (len(out.speculative_stats.acceptance_lengths) - 1)
+
+
 @pytest.mark.parametrize("call, extra, named", [
     ("dflash", {"dflash_tree_nodes": 8}, "tree branch"),
     ("eagle3", {"eagle_top_k": 2, "eagle_total_tokens": 8}, "tree branch"),
-    ("dflash", {"speculative_compile": True}, "compile=False"),
 ])
-def test_trees_and_compiled_steps_are_refused_before_decoding(call, extra, named):
+def test_trees_are_refused_before_decoding(call, extra, named):
     target = hybrid_target("qwen3_5_text")
     prompt = torch.tensor([[5, 9, 22, 41]])
     with pytest.raises(ValueError, match=named) as error:

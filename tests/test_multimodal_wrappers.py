@@ -11,34 +11,24 @@ import torch
 from transformers import CONFIG_MAPPING, AutoModelForCausalLM
 
 import hf_specgen
-from hf_specgen.architectures import SIZE, _assistant
+from hf_specgen.architectures import _assistant, apply_small_sizes
 
 WRAPPERS = {"gemma3": "Gemma3ForConditionalGeneration", "gemma4": "Gemma4ForConditionalGeneration",
             "qwen3_5": "Qwen3_5ForCausalLM", "llama4": "Llama4ForCausalLM"}
 CALLS = {"autoregressive": {}, "dflash": {}, "eagle3": {"eagle_top_k": 1}, "classic": {}}
 
 
-def shrink(config) -> None:
-    """Small dimensions for one sub-config (only the attributes it declares)."""
-    for name, value in SIZE.items():
-        if name in vars(config) or hasattr(type(config), name):
-            try:
-                setattr(config, name, value)
-            except (AttributeError, ValueError, TypeError):
-                pass
-
-
 def small_multimodal(model_type: str):
     config = CONFIG_MAPPING[model_type]()
     text = config.get_text_config(decoder=True)
-    shrink(text)
+    apply_small_sizes(text)
     kinds = list(dict.fromkeys(getattr(text, "layer_types", None) or []))
     if kinds:  # one layer of each kind the type has, in order
         text.layer_types = (kinds * 2)[: max(2, len(kinds))]
         text.num_hidden_layers = len(text.layer_types)
     for name in ("vision_config", "audio_config"):
         if getattr(config, name, None) is not None:
-            shrink(getattr(config, name))
+            apply_small_sizes(getattr(config, name))
     torch.manual_seed(0)
     model = hf_specgen.enable(AutoModelForCausalLM.from_config(config).float().eval())
     with torch.no_grad():

@@ -248,7 +248,7 @@ class SpeculativeDecoder:
         capacity = _required_capacity(prompt_len, stop.max_new_tokens, width + margin, self.compile_steps,
                                       max_cache_len)
         check_target(target, capacity, reads_hidden_states=bool(self.layer_ids), prompt_len=prompt_len)
-        reason = rollback_mode_reason(target, getattr(self.proposer, "drafts_trees", False), self.compile_steps)
+        reason = rollback_mode_reason(target, getattr(self.proposer, "drafts_trees", False))
         padded_prefill = bool(self._state_layers) and attention_mask is not None and not bool(attention_mask.all())
         reason = reason or (padded_prefill_reason(target) if padded_prefill else None)
         if reason:
@@ -369,11 +369,11 @@ class SpeculativeDecoder:
                     set_cache_length(self.cache, session.last_slots + counts)
                     numbers, still_active = commit(result, counts)  # the new tokens are in the session from here
                     features = result.features
+                    if features is not None and self.compile_steps:
+                        features = features.clone()  # a graph replay (or the re-feed below) would overwrite it
                     if self._state_layers and still_active:
                         self._roll_back_states(saved_states, draft, starts, numbers, still_active, session)
-                    if features is not None and self.compile_steps:
-                        features = features.clone()  # a graph replay would overwrite it
-                    elif features is not None and trims_context:
+                    if features is not None and trims_context and not self.compile_steps:
                         # Eager steps take any number of context rows: hand over only up to the longest commit.
                         features = features[:, : max(1, max(numbers[2][b] + 1 for b in active_rows))]
                     if round_width == 1:
@@ -440,7 +440,8 @@ class SpeculativeDecoder:
         all W rows, so put back the state from before the verify and re-feed the c committed rows (the last committed
         token, then the accepted drafts), over the same cache slots and masks (attention rows are rewritten with the
         same values). The verify's features stay the ones handed to the drafter (eager taps concatenate into a new
-        tensor, so the re-feed's taps do not overwrite them; compiled steps are refused for these targets)."""
+        tensor; compiled steps clone them before this). The re-feed runs eagerly also when the steps are compiled:
+        its width changes every round, and a graph per width would be a compile per round width."""
         committed = numbers[2][active_rows[0]] + 1  # the same for every active row (_commit_evenly)
         if committed >= draft.shape[-1] or saved_states is None:
             return  # every verified row was committed: the states are already right

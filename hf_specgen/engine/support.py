@@ -341,16 +341,15 @@ def _probe_reason(model) -> str | None:
         + (", or its recurrent layers keep state outside their cache layers" if recurrent_layers else ""))
 
 
-def rollback_mode_reason(model, drafts_trees: bool, compiled: bool) -> str | None:
-    """Why this call cannot roll back the target's recurrent layers exactly (None when it can, or none has them)."""
+def rollback_mode_reason(model, drafts_trees: bool) -> str | None:
+    """Why this call cannot roll back the target's recurrent layers exactly (None when it can, or none has them).
+    Compiled steps can: the verify is a graph, and the re-feed of the committed rows (its width changes every round)
+    runs eagerly over the same static cache tensors."""
     if not rollback_layer_indices(model):
         return None
     if drafts_trees:
         return ("its linear-attention / convolution layers would need one state per tree branch; use a chain (DFlash "
                 "without dflash_tree_nodes, EAGLE-3 with eagle_top_k=1, classic, or WhiFlash with eagle_top_k=1)")
-    if compiled:
-        return ("compiled steps do not roll back its linear-attention / convolution layers yet (the re-feed of the "
-                "committed tokens has a width per round); pass compile=False")
     return None
 
 

@@ -139,8 +139,8 @@ def test_compiled_chain_steps_roll_the_recurrent_states_back(model_type, monkeyp
         block[0, 1:] = torch.tensor([upcoming[0], upcoming[1], (upcoming[2] + 1) % target.config.vocab_size])
         return block
 
-    out = target.generate(prompt, max_new_tokens=24, do_sample=False, eos_token_id=None, speculative_mode="autoregressive",
-                          speculative_compile=True)
+    out = target.generate(prompt, max_new_tokens=24, do_sample=False, eos_token_id=None,
+                          speculative_mode="autoregressive", speculative_compile=True)
     assert out[0].tolist() == reference
     monkeypatch.setattr(DFlashProposer, "propose", two_right_then_wrong)
     out = target.generate(prompt, assistant_model=assistant_for("dflash", target), speculative_mode="dflash",

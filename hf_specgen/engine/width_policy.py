@@ -58,8 +58,9 @@ ACCEPTANCE_DECAY = 0.97  # per round: older rounds weigh less, so the estimate f
 CARRIED_WEIGHT = 16.0  # at most this many rounds' worth of evidence carried into the next call
 PRIOR_ACCEPT, PRIOR_WEIGHT = 0.5, 1.0
 FIRST_PROBE_AFTER, LAST_PROBE_AFTER = 8, 64
-REALIZED_ROUNDS = 8  # a width's realized rate: the median over its last this many rounds (a one-off compile or
-MIN_REALIZED_ROUNDS = 3  # stall is no round), once it has at least this many
+# A width's realized rate is the median over its last REALIZED_ROUNDS rounds (a one-off compile or stall moves no
+# median), taken once it has MIN_REALIZED_ROUNDS of them.
+REALIZED_ROUNDS, MIN_REALIZED_ROUNDS = 8, 3
 
 
 def width_buckets(max_width: int, compiled: bool) -> tuple[int, ...]:

@@ -124,7 +124,9 @@ def windowed_config(model_type: str):
     return config
 
 
-def _build(model_type: str, config=None):
+def _build(model_type: str, config=None, seed: int = 0):
+    """The type's small fp32 model (``config``: one built from ``small_config`` and adjusted), seeded, with peaked
+    output logits; None when it is not a causal decoder."""
     from transformers import AutoModelForCausalLM
 
     config = config if config is not None else small_config(model_type)
@@ -134,7 +136,7 @@ def _build(model_type: str, config=None):
         parameters = sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
     if parameters > MAX_PARAMETERS:
         raise RuntimeError(f"its default config shrinks only to {parameters / 1e6:.0f}M parameters")
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config).float().eval()
     if getattr(model.config, "is_decoder", True) is False and hasattr(model.config, "is_decoder"):
         return None  # an encoder with an LM head (BERT-style): not a causal decoder

@@ -7,10 +7,9 @@ import random
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
 
 import hf_specgen
-from hf_specgen.architectures import _assistant, small_config
+from hf_specgen.architectures import _assistant, _build, small_config
 from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 
 from hf_specgen.engine.loop import SpeculativeDecoder
@@ -26,11 +25,7 @@ def hybrid_target(model_type: str, seed: int = 0):
     if model_type in LAYERS:
         config.layer_types = LAYERS[model_type]
         config.num_hidden_layers = len(config.layer_types)
-    torch.manual_seed(seed)
-    target = hf_specgen.enable(AutoModelForCausalLM.from_config(config).float().eval())
-    with torch.no_grad():
-        target.get_output_embeddings().weight.mul_(8.0)  # confident logits: no fp32 near-ties
-    return target
+    return hf_specgen.enable(_build(model_type, config, seed))  # peaked logits: no fp32 near-ties
 
 
 def prompt_of(rng: random.Random, length: int, vocab: int) -> torch.Tensor:
@@ -200,10 +195,7 @@ def test_a_dflash_drafter_in_the_published_qwen3_5_layout_decodes_a_hybrid_targe
     config = small_config("qwen3_5_text")
     config.layer_types = ["linear_attention"] * 3 + ["full_attention"]
     config.num_hidden_layers = 4
-    torch.manual_seed(5)
-    target = hf_specgen.enable(AutoModelForCausalLM.from_config(config).float().eval())
-    with torch.no_grad():
-        target.get_output_embeddings().weight.mul_(8.0)
+    target = hf_specgen.enable(_build("qwen3_5_text", config, seed=5))
     vocab, hidden = target.config.vocab_size, target.config.hidden_size
     published = {
         "architectures": ["DFlashDraftModel"], "auto_map": {"AutoModel": "dflash.DFlashDraftModel"},

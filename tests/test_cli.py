@@ -110,7 +110,9 @@ def test_shipped_tiny_world_decodes_losslessly_and_its_drafters_accept(tmp_path,
     for name, method in report["methods"].items():
         overall = method["by_category"]["all"]
         assert overall["identical_to_autoregressive"] == 3, name
-        if name != "autoregressive":
+        # The default "dflash" call picks each round's width by this machine's clock and may take plain steps on a
+        # busy CPU, so its tau is not the drafter's; every fixed-width method shows the drafter accepting.
+        if name not in ("autoregressive", "dflash"):
             assert overall["pooled_tau"] > 1.5, (name, overall["pooled_tau"])  # trained drafters really accept
 
 

@@ -12,6 +12,7 @@ from transformers.generation.streamers import BaseStreamer
 import hf_specgen
 from hf_specgen.engine.cache import cache_tensor_addresses
 from hf_specgen.engine.loop import SpeculativeDecoder
+from hf_specgen.engine.support import engine_probe_reason
 from conftest import MASK_TOKEN, make_dflash, make_target, random_prompt
 
 
@@ -328,11 +329,17 @@ def test_eager_steps_attend_only_the_used_cache_prefix(qwen3_pair):
     target, drafter = qwen3_pair
     prompt = random_prompt(random.Random(8), 20)
     widths = []
-    handle = target.register_forward_pre_hook(
-        lambda module, args, kwargs: widths.append(kwargs["attention_mask"].shape[-1]), with_kwargs=True)
-    try:
+
+    engine_probe_reason(target)  # the engine's one-off probe of the model runs before the hook
+
+    def record(module, args, kwargs):
+        if "attention_mask" in kwargs:
+            widths.append(kwargs["attention_mask"].shape[-1])
+
+    handle = target.register_forward_pre_hook(record, with_kwargs=True)
+    try:  # the fixed block: every round drafts (plain rounds: test_width_policy)
         out = target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=300,
-                              do_sample=False, eos_token_id=None)
+                              block_size=drafter.block_size, do_sample=False, eos_token_id=None)
     finally:
         handle.remove()
     assert out.tolist() == target.generate(prompt, max_new_tokens=300, do_sample=False, eos_token_id=None).tolist()

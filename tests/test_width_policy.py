@@ -16,6 +16,7 @@ import hf_specgen
 from conftest import make_dflash, make_target, random_prompt
 from hf_specgen.drafters.dflash import DFlashProposer
 from hf_specgen.engine import width_policy
+from hf_specgen.engine.support import engine_probe_reason
 from hf_specgen.engine.width_policy import AcceptanceEstimate, CostTable, WidthPolicy
 from test_batch import padded_batch
 
@@ -41,6 +42,43 @@ def test_any_sequence_of_widths_returns_the_stock_tokens(family, random_widths):
         assert out.sequences.tolist() == ref.tolist()
         widths = out.speculative_stats.round_widths
         assert len(widths) == out.speculative_stats.num_rounds and {1, 2, 4, 8} <= set(widths)
+
+
+def test_plain_steps_attend_no_slots_for_a_block_they_do_not_draft(random_widths):
+    """Eager rounds attend the used cache prefix rounded up to VISIBLE_BUCKET; a drafting round's prefix also holds
+    the drafter's block (its margin), a plain step's does not: at the same length it may attend fewer keys."""
+    from hf_specgen.engine.graphs import VISIBLE_BUCKET
+
+    target = make_target("qwen3", seed=7)
+    drafter = make_dflash(target, block_size=8)
+    prompt = random_prompt(random.Random(9), VISIBLE_BUCKET - 6)  # rounds start on both sides of a bucket's end
+    keys = []
+
+    engine_probe_reason(target)  # the engine's one-off probe of the model runs before the hook
+
+    def record(module, args, kwargs):
+        if "attention_mask" in kwargs:
+            keys.append((kwargs["input_ids"].shape[1], kwargs["attention_mask"].shape[-1]))
+
+    handle = target.register_forward_pre_hook(record, with_kwargs=True)
+    try:
+        out = target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=16,
+                              do_sample=False, eos_token_id=None, return_dict_in_generate=True)
+    finally:
+        handle.remove()
+    assert out.sequences.tolist() == target.generate(prompt, max_new_tokens=16, do_sample=False,
+                                                     eos_token_id=None).tolist()
+    stats = out.speculative_stats
+    rounds = keys[-stats.num_rounds:]  # after the prefill (and the first call's cost timing)
+    length, saved = prompt.shape[1] + 1, 0  # committed before the first round
+    capacity = prompt.shape[1] + 16 + 2 * drafter.block_size  # the verify block + the drafter block's margin
+    for (rows, attended), width, committed in zip(rounds, stats.round_widths, stats.acceptance_lengths):
+        assert rows == width
+        bucket = lambda slots: min(capacity, -(-slots // VISIBLE_BUCKET) * VISIBLE_BUCKET)  # noqa: E731
+        assert attended == bucket(length + width + (0 if width == 1 else drafter.block_size))
+        saved += attended < bucket(length + width + drafter.block_size)
+        length += committed
+    assert saved  # some plain step attended a bucket fewer than a drafting round would have
 
 
 def test_compiled_width_changes_reuse_one_graph_per_width(monkeypatch):
@@ -110,6 +148,7 @@ def test_plain_steps_while_every_draft_is_wrong_then_drafting_once_drafts_are_ri
     monkeypatch.setattr(width_policy.CostModel, "table", lambda self, key: table)
     monkeypatch.setattr(DFlashProposer, "propose", _oracle_after(reference[0].tolist(), switch_at))
     monkeypatch.setattr(hf_specgen.engine.loop.SpeculativeDecoder, "_learn_costs", staticmethod(lambda *a: None))
+    monkeypatch.setattr(WidthPolicy, "clocked_seconds", lambda self, width: None)  # these costs, not this CPU's
     out = target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=new,
                           do_sample=False, eos_token_id=None, return_dict_in_generate=True)
     assert out.sequences.tolist() == reference.tolist()
@@ -246,7 +285,7 @@ def test_the_next_call_goes_on_from_the_probe_gap_reached():
 
 def test_the_clock_overrules_a_model_that_says_drafting_pays():
     """The cost model says width 8 pays (cheap verify, drafts accepted), but this call's rounds at width 8 take ten
-    plain steps' time each: after MIN_REALIZED_ROUNDS such rounds the policy runs plain steps. A one-off slow round
+    plain steps' time each: after MIN_CLOCKED_ROUNDS such rounds the policy runs plain steps. A one-off slow round
     alone does not do it (the median of the last rounds)."""
     costs = CostTable({1: 1.0, 2: 1.05, 4: 1.1, 8: 1.3}, draft=0.2)
     policy = WidthPolicy((1, 2, 4, 8), costs, AcceptanceEstimate(8))
@@ -262,7 +301,7 @@ def test_the_clock_overrules_a_model_that_says_drafting_pays():
     assert policy.choose() == 8  # median of 1.5 s rounds: 5.3 tokens/s against a plain 1 token/s
     for _ in range(2):
         policy.observe(8, [7], seconds=10.0)  # the same rounds now take ten plain steps each
-    assert policy.loses_in_practice(8) and policy.choose() == 1
+    assert policy.choose() == 1
 
 
 def test_no_probes_where_even_perfect_drafts_could_not_pay():
@@ -322,3 +361,38 @@ def test_a_call_moves_a_cost_by_a_bounded_step():
     assert table.verify[1] == pytest.approx(0.01 + width_policy.COST_AVERAGING * (0.005 - 0.01))
     table.learn_verify(4, 0.3)  # a width never measured takes the clock it sees
     assert table.verify[4] == 0.3
+
+
+def test_a_call_that_drafts_from_its_first_round_gets_plain_rounds_to_compare_with():
+    """The model says width 8 pays, but not overwhelmingly: every REFERENCE_EVERY-th round is a plain step until the
+    call has MIN_CLOCKED_ROUNDS of them; then the clock decides (here drafting rounds deliver less than plain steps,
+    so plain steps win). Where the model rates drafting far above plain steps, no reference round is run."""
+    def drafting_policy(verify):
+        policy = WidthPolicy((1, 2, 4, 8), CostTable(verify, draft=0.2), AcceptanceEstimate(8))
+        policy.acceptance.widest = 8
+        for _ in range(6):
+            policy.acceptance.observe(8, [3])  # half the block accepted
+        return policy
+
+    policy = drafting_policy({1: 1.0, 2: 1.5, 4: 2.5, 8: 3.0})
+    assert 1.0 < max(policy.rate(w) for w in (2, 4, 8)) / policy.rate(1) < width_policy.REFERENCE_MARGIN
+    choices = []
+    for _ in range(40):
+        width = policy.choose()
+        choices.append(width)
+        # drafting rounds: 4 tokens in 8 s (0.5 tokens/s); plain steps: 1 token per second
+        policy.observe(width, [0 if width == 1 else 3], seconds=1.0 if width == 1 else 8.0)
+    plain = [i for i, w in enumerate(choices) if w == 1]
+    every = width_policy.REFERENCE_EVERY
+    assert plain[:width_policy.MIN_CLOCKED_ROUNDS] == [every, 2 * every + 1, 3 * every + 2]
+    after = choices[plain[width_policy.MIN_CLOCKED_ROUNDS - 1]:]
+    assert after[:width_policy.FIRST_PROBE_AFTER] == [1] * width_policy.FIRST_PROBE_AFTER  # the clock: plain wins
+    assert after.count(1) >= 0.8 * len(after)  # (and the odd probe, in case the text changes)
+
+    confident = drafting_policy({1: 1.0, 2: 1.05, 4: 1.1, 8: 1.3})
+    assert confident.rate(4) > width_policy.REFERENCE_MARGIN * confident.rate(1)
+    widths = []
+    for _ in range(40):
+        widths.append(confident.choose())
+        confident.observe(widths[-1], [3], seconds=1.0)
+    assert 1 not in widths

@@ -35,7 +35,9 @@ class RowStaticLayer(StaticLayer):
         super().__init__(max_cache_len=max_cache_len)
         self.row_lengths = torch.zeros(batch_size, dtype=torch.long, device=device)
         self._batch_rows = torch.arange(batch_size, device=device)[:, None]  # [B, 1], the rows of every write
+        self._offsets = torch.arange(max_cache_len, device=device)  # a write of T rows goes to length + [0, T)
         torch._dynamo.mark_static_address(self._batch_rows)
+        torch._dynamo.mark_static_address(self._offsets)
         torch._dynamo.mark_static_address(self.row_lengths)  # updated in place inside compiled steps
         self.visible = None  # eager steps: attend slots [0, visible) only (None: the whole cache)
 
@@ -46,10 +48,15 @@ class RowStaticLayer(StaticLayer):
         batch, heads, new, _ = key_states.shape
         if batch != self.row_lengths.shape[0]:
             raise RuntimeError(f"cache built for {self.row_lengths.shape[0]} rows got a batch of {batch}")
-        slots = self.row_lengths[:, None] + torch.arange(new, device=key_states.device)  # [B, T]
-        slots = slots.clamp(max=self.max_cache_len - 1)  # see the module docstring
-        write_slots(self.keys, slots, key_states, self._batch_rows)
-        write_slots(self.values, slots, value_states, self._batch_rows)
+        # [B, T], clamped: see the module docstring. Every layer of every step runs this, and a new model's layer
+        # costs tens of microseconds on a CPU, so no allocation more than needed (offsets made once).
+        slots = (self.row_lengths[:, None] + self._offsets[:new]).clamp_(max=self.max_cache_len - 1)
+        if batch == 1:  # one row: a copy along the slot axis (half the indexing of the batched put)
+            self.keys[0].index_copy_(1, slots[0], key_states[0])
+            self.values[0].index_copy_(1, slots[0], value_states[0])
+        else:
+            write_slots(self.keys, slots, key_states, self._batch_rows)
+            write_slots(self.values, slots, value_states, self._batch_rows)
         self.row_lengths.add_(new)
         if self.visible is not None:
             return self.keys[:, :, : self.visible], self.values[:, :, : self.visible]

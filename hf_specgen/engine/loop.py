@@ -265,10 +265,10 @@ class SpeculativeDecoder:
                                       self._state_layers)
         session.attach(self.cache)
         # Eager steps attend only the slots in use: every slot a round may write is below the longest row's
-        # last slot + the round's verified rows + the proposer's margin (compiled steps keep the capacity: one
-        # shape). A plain step of the width policy so attends no slot for the block it does not verify.
+        # last slot + the round's verified rows + the proposer's margin when it drafts (compiled steps keep the
+        # capacity: one shape). A plain step of the width policy so attends no slot for a block it does not draft.
         show = (lambda rows=width: None) if self.compile_steps else (
-            lambda rows=width: session.show(max(session.host_lengths) + rows + margin))
+            lambda rows=width: session.show(max(session.host_lengths) + rows + (margin if rows > 1 else 0)))
         stats = SpeculativeStats(mode=self.mode, block_size=width, lossy=self.verifier is not None, batch_size=batch)
         clock = RoundClock(target.device)
         if streamer is not None:

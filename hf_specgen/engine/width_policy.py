@@ -28,10 +28,14 @@ at most a quarter more than a plain step (so a failed probe wastes little), and 
 every draft were accepted (never, say, in a compute-bound batch). A probe that keeps at least half its drafts means
 the text changed (code, copying, lists): the old evidence is dropped and drafting resumes at once, widening at most
 twice per round past the widest round the new evidence holds (a probe of 2 rows says nothing about slot 10); the
-estimate then follows the new rounds. A drafting width whose rounds in this call delivered fewer tokens per second
-than plain steps is not chosen however the model rates it (the clock overrules costs measured once and acceptance
-pooled over rows). Any sequence of widths is lossless: the verify of a prefix of the block accepts
-exactly what the full verify would have, up to that prefix.
+estimate then follows the new rounds.
+
+The clock overrules the cost model: once this call has run 3 rounds of a width, that width costs the median of its
+last 8 whole rounds (drafting, verify, commit and the host sync: what the model's forwards leave out), and widths
+without such rounds cost the model's figure times the median ratio clock / model of the widths with them. A call
+that drafts from its first round, while drafting rates less than 1.5 plain steps, runs a plain round after every 8
+drafting ones until 3 plain rounds give plain steps a clock of their own. Any sequence of widths is lossless: the
+verify of a prefix of the block accepts exactly what the full verify would have, up to that prefix.
 """
 
 from __future__ import annotations
@@ -58,9 +62,13 @@ ACCEPTANCE_DECAY = 0.97  # per round: older rounds weigh less, so the estimate f
 CARRIED_WEIGHT = 16.0  # at most this many rounds' worth of evidence carried into the next call
 PRIOR_ACCEPT, PRIOR_WEIGHT = 0.5, 1.0
 FIRST_PROBE_AFTER, LAST_PROBE_AFTER = 8, 64
-# A width's realized rate is the median over its last REALIZED_ROUNDS rounds (a one-off compile or stall moves no
-# median), taken once it has MIN_REALIZED_ROUNDS of them.
-REALIZED_ROUNDS, MIN_REALIZED_ROUNDS = 8, 3
+# A width's clocked cost is the median of its last CLOCKED_ROUNDS rounds in the call (a one-off compile or stall moves
+# no median), taken once it has MIN_CLOCKED_ROUNDS of them.
+CLOCKED_ROUNDS, MIN_CLOCKED_ROUNDS = 8, 3
+# A call that drafts from its first round has no plain rounds of its own to hold its drafting rounds against: while
+# the model rates drafting less than REFERENCE_MARGIN times a plain step, every REFERENCE_EVERY-th drafting round is
+# a plain one, until MIN_CLOCKED_ROUNDS of them give plain steps a clock of their own.
+REFERENCE_EVERY, REFERENCE_MARGIN = 8, 1.5
 
 
 def width_buckets(max_width: int, compiled: bool) -> tuple[int, ...]:
@@ -247,9 +255,10 @@ class WidthPolicy:
         self.plain_streak = 0
         self.probing = False
         self.draft_timings: list[float] = []
-        # width -> tokens committed per row per second of its last rounds: what rounds of that width actually
-        # delivered in this call, on this machine, whatever the cost model and the estimate say
-        self.realized: dict[int, deque] = {}
+        # width -> seconds of its last whole rounds in this call: what a round of that width costs on this machine
+        # now, whatever the costs measured once say
+        self.clocked: dict[int, deque] = {}
+        self.drafted_since_plain = 0  # drafting rounds since this call's last plain one
 
     @property
     def needs_draft_timing(self) -> bool:
@@ -275,9 +284,27 @@ class WidthPolicy:
         """A round of ``width`` rows drafted in ``seconds``: what drafting the whole block would have taken."""
         return seconds + self._skipped_head(width)
 
+    def model_seconds(self, width: int) -> float:
+        """The cost model's seconds for a round of ``width`` rows: its target forward and its drafting."""
+        return self.costs.verify[width] + self.draft_cost(width)
+
+    def clocked_seconds(self, width: int) -> float | None:
+        """The median of this call's last rounds of ``width`` (None before MIN_CLOCKED_ROUNDS of them)."""
+        times = self.clocked.get(width, ())
+        return statistics.median(times) if len(times) >= MIN_CLOCKED_ROUNDS else None
+
+    def round_seconds(self, width: int) -> float:
+        """What a round of ``width`` rows costs: its clock where this call has one, else the model's seconds scaled
+        as the clocked widths are (the model's forwards leave out what the loop spends around them)."""
+        clocked = self.clocked_seconds(width)
+        if clocked is not None:
+            return clocked
+        ratios = [c / self.model_seconds(w) for w in self.clocked if (c := self.clocked_seconds(w)) is not None]
+        return self.model_seconds(width) * (statistics.median(ratios) if ratios else 1.0)
+
     def rate(self, width: int) -> float:
         """Expected committed tokens per second of a round of ``width`` rows."""
-        return self.acceptance.expected_tokens(width) / (self.costs.verify[width] + self.draft_cost(width))
+        return self.acceptance.expected_tokens(width) / self.round_seconds(width)
 
     def choose(self) -> int:
         reach = max(2 * self.acceptance.widest, 2)
@@ -286,9 +313,11 @@ class WidthPolicy:
             drafted = [w for w in self.widths[1:] if w <= reach] or [self.widths[1]]
             return max(drafted, key=lambda w: self.acceptance.expected_tokens(w) / self.costs.verify[w])
         best = max((w for w in self.widths if w <= reach), key=self.rate)
-        if best > 1 and self.loses_in_practice(best):
-            best = 1
+        if best > 1 and self.needs_plain_reference(best):
+            self.drafted_since_plain = 0
+            return 1  # a reference round: the probe schedule and the plain streak are left as they are
         if best > 1:
+            self.drafted_since_plain += 1
             self.plain_streak = 0
             if self.probing:  # the probe paid: come back quickly next time plain steps win
                 self.acceptance.probe_after = FIRST_PROBE_AFTER
@@ -298,35 +327,32 @@ class WidthPolicy:
             self.acceptance.probe_after = min(2 * self.acceptance.probe_after, LAST_PROBE_AFTER)
             self.probing = False
         self.plain_streak += 1
+        self.drafted_since_plain = 0
         if self.plain_streak > self.acceptance.probe_after and self.drafting_could_pay():
             self.plain_streak = 0
             self.probing = True
             return self.probe_width()
         return 1
 
-    def realized_rate(self, width: int) -> float | None:
-        """Tokens per row per second that this call's rounds of ``width`` delivered (None before enough rounds)."""
-        rates = self.realized.get(width, ())
-        return statistics.median(rates) if len(rates) >= MIN_REALIZED_ROUNDS else None
-
-    def loses_in_practice(self, width: int) -> bool:
-        """Whether this call's rounds of ``width`` delivered fewer tokens per second than plain steps do: the
-        model (costs measured once, acceptance pooled over rows and calls) can be wrong about a batch, and the
-        clock is not. Both clocks are whole rounds, so their overheads compare alike."""
-        drafted, plain = self.realized_rate(width), self.realized_rate(1)
-        return drafted is not None and plain is not None and drafted < plain
+    def needs_plain_reference(self, width: int) -> bool:
+        """Whether this round should be a plain step so that plain steps get a clock of this call to be compared
+        with ``width``'s: the call lacks MIN_CLOCKED_ROUNDS plain rounds, has drafted REFERENCE_EVERY rounds since
+        its last plain one, and the case for drafting is not overwhelming (where it is, a plain step's cost off by
+        half would still leave drafting ahead, and a reference round would only cost)."""
+        return (len(self.clocked.get(1, ())) < MIN_CLOCKED_ROUNDS and self.drafted_since_plain >= REFERENCE_EVERY
+                and self.rate(width) < REFERENCE_MARGIN * self.rate(1))
 
     def drafting_could_pay(self) -> bool:
         """Whether some drafting width would beat a plain step even if every draft were accepted. When none would
         (a batch whose verify cost grows with its width as fast as the tokens it could commit: compute-bound), a
         probe can only lose, so none is run; the streak keeps counting, so one runs as soon as the costs, which
         follow the rounds, say otherwise."""
-        plain_rate = 1.0 / self.costs.verify[1]
-        return any(w / (self.costs.verify[w] + self.draft_cost(w)) > plain_rate for w in self.widths[1:])
+        plain_rate = 1.0 / self.round_seconds(1)
+        return any(w / self.round_seconds(w) > plain_rate for w in self.widths[1:])
 
     def probe_width(self) -> int:
         """The widest drafting width whose round costs at most 1.25 plain steps (the narrowest, if none does)."""
-        cheap = [w for w in self.widths[1:] if self.costs.verify[w] + self.draft_cost(w) <= 1.25 * self.costs.verify[1]]
+        cheap = [w for w in self.widths[1:] if self.round_seconds(w) <= 1.25 * self.round_seconds(1)]
         return max(cheap) if cheap else self.widths[1]
 
     def observe(self, width: int, accepted_per_row: list[int], seconds: float | None = None) -> None:
@@ -334,9 +360,7 @@ class WidthPolicy:
         round's clock (drafting, verify, commit)."""
         if width > 1 and self.probing and 2 * sum(accepted_per_row) >= (width - 1) * len(accepted_per_row):
             self.acceptance.forget()  # a probe kept half its drafts or more: judge the new text on its own
-            self.realized = {w: entry for w, entry in self.realized.items() if w == 1}  # drafting's: old text
-        if seconds and accepted_per_row:
-            tokens_per_row = sum(a + 1 for a in accepted_per_row) / len(accepted_per_row)
-            self.realized.setdefault(width, deque(maxlen=REALIZED_ROUNDS)).append(tokens_per_row / seconds)
+        if seconds:
+            self.clocked.setdefault(width, deque(maxlen=CLOCKED_ROUNDS)).append(seconds)
         if width > 1:
             self.acceptance.observe(width, accepted_per_row)

@@ -48,10 +48,11 @@ class RowStaticLayer(StaticLayer):
         batch, heads, new, _ = key_states.shape
         if batch != self.row_lengths.shape[0]:
             raise RuntimeError(f"cache built for {self.row_lengths.shape[0]} rows got a batch of {batch}")
-        # [B, T], clamped: see the module docstring. Every layer of every step runs this, and a new model's layer
-        # costs tens of microseconds on a CPU, so no allocation more than needed (offsets made once).
+        # [B, T], clamped: see the module docstring. Every layer of every step runs this (about 48 us per layer
+        # inside a tiny model's forward on a 2-core CPU, where transformers' DynamicCache appends in about 10 us),
+        # so it makes no tensor it need not: the offsets are made once.
         slots = (self.row_lengths[:, None] + self._offsets[:new]).clamp_(max=self.max_cache_len - 1)
-        if batch == 1:  # one row: a copy along the slot axis (half the indexing of the batched put)
+        if batch == 1:  # one row: a copy along the slot axis (one index tensor instead of the batched put's two)
             self.keys[0].index_copy_(1, slots[0], key_states[0])
             self.values[0].index_copy_(1, slots[0], value_states[0])
         else:

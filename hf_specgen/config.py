@@ -42,10 +42,11 @@ class SpeculativeConfig:
                    per-position distributions (root included), verified in one target forward. 0 = the single block.
     dflash_tree_top_k: candidate tokens per block position for those trees; None = N - 1 (no cap); 1 = the block's
                    own chain.
-    adaptive_width: each round verifies the width that pays (the engine's width policy): a prefix of the DFlash block,
-                   or a plain one-token step when no draft pays, from the target's measured verify costs and the
-                   drafter's running acceptance. None = on for "dflash" blocks unless block_size is given (an
-                   explicit width keeps today's fixed behaviour); True / False force it.
+    adaptive_width: each round verifies the width that pays (the engine's width policy): a prefix of the DFlash block
+                   or of the draft LM's tokens, or a plain one-token step when no draft pays, from the target's
+                   measured verify costs and the drafter's running acceptance. None = on for "dflash" blocks unless
+                   block_size is given and for "classic" unless num_draft_tokens or draft_confidence_threshold is
+                   (an explicit width keeps today's fixed behaviour); True / False force it.
     fly_window:    FLy's deferred window W (default 6; 0 disables the window).
     fly_window_convention: "reference" (W counts the mismatched slot; FLy's code) or "vllm" (W counts only the
                    following matches: vLLM's ``fly_window_size``; vLLM W = reference W - 1).
@@ -132,9 +133,12 @@ class SpeculativeConfig:
             raise ValueError("dflash_tree_top_k sizes DFlash trees: also pass dflash_tree_nodes=N.")
         if self.adaptive_width not in (None, True, False):
             raise ValueError(f"adaptive_width must be True, False or None (automatic), got {self.adaptive_width!r}.")
-        if self.adaptive_width and (self.mode != "dflash" or nodes):
-            raise ValueError("adaptive_width=True applies to speculative_mode='dflash' with its block (not trees) for "
-                             "now; the other modes verify a fixed width: drop adaptive_width.")
+        if self.adaptive_width and ((self.mode != "dflash" or nodes) and self.mode != "classic"):
+            raise ValueError("adaptive_width=True applies to speculative_mode='dflash' with its block (not trees) and "
+                             "'classic' for now; the other modes verify a fixed width: drop adaptive_width.")
+        if self.adaptive_width and self.draft_confidence_threshold is not None:
+            raise ValueError("draft_confidence_threshold is a width heuristic of its own (each row stops drafting "
+                             "when unsure): drop it, or adaptive_width.")
         check_fly_settings(self.fly_window, self.fly_entropy_threshold)
         if self.fly_window_convention not in FLY_WINDOW_CONVENTIONS:
             raise ValueError(f"fly_window_convention must be one of {FLY_WINDOW_CONVENTIONS}, got {self.fly_window_convention!r}.")
@@ -152,6 +156,8 @@ class SpeculativeConfig:
         """Whether the call's verify width follows the width policy (see ``adaptive_width``)."""
         if self.adaptive_width is not None:
             return self.adaptive_width
+        if self.mode == "classic":  # an explicit num_draft_tokens or confidence threshold keeps its own widths
+            return self.num_draft_tokens is None and self.draft_confidence_threshold is None
         return self.mode == "dflash" and not self.dflash_tree_nodes and self.block_size is None
 
     def draft_tokens(self) -> int:

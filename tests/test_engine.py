@@ -159,6 +159,14 @@ def test_cache_writes_put_each_rows_tokens_at_its_own_slots(dtype):
     # row 2 runs past the end: its rows go to the last slot (which one lands there is unspecified), nothing fails
     assert torch.equal(keys[2, :, 38], rows[2, :, 2]) and layer.row_lengths.tolist() == [5, 13, 41]
 
+    # one row (its own write path), and a write of more rows than the cache has slots (a ragged catch-up's padding)
+    single = RowStaticLayer(max_cache_len=4, batch_size=1)
+    keys, values = single.update(rows[:1], -rows[:1])  # 5 rows into 4 slots
+    assert torch.equal(keys[0, :, :3], rows[0, :, :3]) and torch.equal(values[0, :, :3], -rows[0, :, :3])
+    single.row_lengths.fill_(1)
+    keys, _ = single.update(rows[:1, :, 3:4], rows[:1, :, 3:4])
+    assert torch.equal(keys[0, :, 1], rows[0, :, 3]) and single.row_lengths.tolist() == [2]
+
 
 def test_exact_max_new_tokens_and_stop_tokens(qwen3_pair):
     target, drafter = qwen3_pair

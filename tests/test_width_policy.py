@@ -396,3 +396,43 @@ def test_a_call_that_drafts_from_its_first_round_gets_plain_rounds_to_compare_wi
         widths.append(confident.choose())
         confident.observe(widths[-1], [3], seconds=1.0)
     assert 1 not in widths
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_classic_default_call_is_exact_under_any_widths_and_its_twin_draft_accepts_everything(random_widths,
+                                                                                            compiled):
+    """speculative_mode='classic' with no num_draft_tokens adapts its width: a round of w rows drafts w - 1 tokens,
+    a plain step drafts none, and the tokens plain steps committed reach the draft model before it drafts again. The
+    target's own copy as draft model shows it: under any sequence of widths every draft is accepted (a draft cache
+    that missed the plain steps' tokens would draft wrong ones), in a batch as well, eager and compiled."""
+    import copy
+
+    target = make_target("qwen3", seed=11)
+    twin = copy.deepcopy(target)
+    rng = random.Random(12)
+    cases = (([6, 19, 11], 45),) if compiled else (([21], 60), ([6, 19, 11], 45))  # (compiling takes its time)
+    for lengths, new in cases:
+        ids, mask = padded_batch(rng, lengths)
+        ref = target.generate(ids, attention_mask=mask, max_new_tokens=new, do_sample=False, eos_token_id=None)
+        out = target.generate(ids, attention_mask=mask, assistant_model=twin, speculative_mode="classic",
+                              speculative_compile=compiled, max_new_tokens=new, do_sample=False, eos_token_id=None,
+                              return_dict_in_generate=True)
+        assert out.sequences.tolist() == ref.tolist()
+        stats = out.speculative_stats
+        widths = stats.round_widths
+        assert 1 in widths and max(widths) == 8  # plain steps and the default 7 drafts + 1
+        committed = [n for n in stats.acceptance_lengths]
+        per_round = [w for w in widths for _ in range(len(lengths))][: len(committed)]
+        assert committed[:-len(lengths)] == per_round[:-len(lengths)]  # every draft accepted (the last round cut)
+
+
+def test_an_explicit_num_draft_tokens_keeps_the_classic_width():
+    target = make_target("qwen3", seed=11)
+    small = make_target("qwen3", seed=5, num_hidden_layers=1)
+    prompt = random_prompt(random.Random(2), 9)
+    out = target.generate(prompt, assistant_model=small, speculative_mode="classic", num_draft_tokens=3,
+                          max_new_tokens=20, do_sample=False, return_dict_in_generate=True)
+    assert out.speculative_stats.round_widths == []
+    with pytest.raises(ValueError, match="draft_confidence_threshold is a width heuristic"):
+        target.generate(prompt, assistant_model=small, speculative_mode="classic", adaptive_width=True,
+                        draft_confidence_threshold=0.4, max_new_tokens=4)

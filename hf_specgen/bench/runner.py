@@ -219,6 +219,8 @@ def build_methods(models: BenchModels, args, longest_prompt: int = 0) -> list[tu
                                                    "dflash_tree_nodes": n})
                     for n in getattr(args, "dflash_tree_nodes", [])]
     if models.draft_lm is not None and "classic" in wanted:
+        # the default call (each round's number of drafts chosen by the width policy), then fixed numbers
+        methods.append(("classic", {**base, "assistant_model": models.draft_lm, "speculative_mode": "classic"}))
         methods += [(f"classic k{k}", {**base, "assistant_model": models.draft_lm, "speculative_mode": "classic",
                                        "num_draft_tokens": k}) for k in args.num_draft_tokens]
         methods.append(("classic k{num_draft_tokens} conf{draft_confidence_threshold}".format(**ASSISTED_POLICY),

@@ -10,7 +10,9 @@ Round r, with ``start`` = slot of the last committed token and K = num_draft_tok
      target disagrees with anyway); once every row has stopped, the rest of the block repeats too when the steps are
      compiled (the verify keeps its fixed K+1 rows), and eager, the verify gets only the drafted columns.
 The draft cache is a static cache indexed by the same slots as the target's; rejected drafts are simply overwritten
-next round.
+next round. With the width policy (the default call) a round of w rows drafts only w - 1 tokens (drafting costs one
+draft forward per token), and a plain step drafts nothing: the n tokens committed by plain steps since the last
+drafting round are fed to the draft model first (one forward of n rows, eager: n varies) when drafting resumes.
 
 With ``ngram=True`` (FLy's Multi-Level Acceleration) each draft forward also carries up to M prompt-lookup candidate
 tokens (rows padded to M, so shapes stay fixed); the candidates' prefix that equals the draft model's own argmax is
@@ -58,7 +60,8 @@ def check_draft_lm_fits_target(draft_model, target) -> None:
 
 class DraftModelProposer:
     tapped_layer_ids: list[int] = []  # the draft model reads tokens only
-
+    drafts_any_width = True  # propose(width): w - 1 tokens, one draft forward each
+    drafts_token_by_token = True  # the width policy charges a round of w rows (w - 1) / K of the whole block
     def __init__(self, draft_model, target, num_draft_tokens: int, compile_steps: bool, ngram: bool = False,
                  max_ngram: int = 4, ngram_tokens: int = 6, confidence_threshold: float | None = None):
         check_draft_lm_fits_target(draft_model, target)
@@ -105,16 +108,25 @@ class DraftModelProposer:
                              attention_mask=session.causal_mask(0, prompt_len - 1), **{self._cache_key: self.cache},
                              use_cache=True)
         self.forward_calls = 0
+        self.plain_steps = 0  # tokens committed by plain steps since the draft cache last saw the sequence
         self.drafts = torch.zeros((session.batch_size, self.block_size), dtype=torch.long, device=session.device)
         if self.ngram:
             self._first_real_slots = session.left_padding.tolist()
 
-    def propose(self) -> torch.Tensor:
-        """[B, W]: each row's last committed token, then K greedy draft tokens."""
+    def propose(self, width: int | None = None) -> torch.Tensor:
+        """[B, w]: each row's last committed token, then w - 1 greedy draft tokens (``width`` None: K + 1)."""
         if self.ngram:
             return self._propose_with_ngrams()
         session, starts = self.session, self.session.last_slots  # [B], each >= 1 (the prefill committed a token)
         firsts = starts - 1
+        if self.plain_steps:  # the rows plain steps committed, up to the two the first step below rewrites
+            behind = (firsts - self.plain_steps).clamp(min=0)  # (a finished row's window may start at slot 0)
+            set_cache_length(self.cache, behind)
+            self._forward(session.token_block(behind, self.plain_steps), session.position_block(behind, self.plain_steps),
+                          session.causal_mask(behind, self.plain_steps))
+            self.forward_calls += 1
+            self.plain_steps = 0
+        n_drafts = self.num_draft_tokens if width is None else min(width - 1, self.num_draft_tokens)
         set_cache_length(self.cache, firsts)
         token, confidence = self._step(session.token_block(firsts, 2), session.position_block(firsts, 2),
                                        session.causal_mask(firsts, 2))
@@ -122,7 +134,7 @@ class DraftModelProposer:
         self.drafts[:, 1] = token
         drafted = 1
         unsure = None  # [B] rows that stopped drafting (confidence threshold only)
-        for j in range(1, self.num_draft_tokens):
+        for j in range(1, n_drafts):
             if self.confidence_threshold is not None:
                 unsure = confidence < self.confidence_threshold if unsure is None else \
                     unsure | (confidence < self.confidence_threshold)
@@ -137,9 +149,9 @@ class DraftModelProposer:
             self.drafts[:, j + 1] = token if unsure is None else torch.where(unsure, self.drafts[:, j], token)
             drafted += 1
         self.forward_calls += drafted
-        if drafted < self.num_draft_tokens and not self._step.compiled:
+        if drafted < n_drafts and not self._step.compiled:
             return self.drafts[:, : drafted + 1].clone()  # eager: verify only what was drafted (fewer target rows)
-        return self.drafts.clone()
+        return self.drafts[:, : n_drafts + 1].clone()
 
     def _propose_with_ngrams(self) -> torch.Tensor:
         """Prompt lookup for every batch row (FLy's MLA): each forward runs, per row, the two newest tokens not yet
@@ -183,3 +195,8 @@ class DraftModelProposer:
 
     def commit(self, verify_features, n_committed: torch.Tensor) -> None:
         pass  # the next round re-reads the committed tokens from the session
+
+    def commit_plain(self, verify_features, n_committed: torch.Tensor) -> None:
+        """A plain step (width policy) committed one token per active row without drafting: the draft cache falls
+        one more token behind, caught up when drafting resumes."""
+        self.plain_steps += 1

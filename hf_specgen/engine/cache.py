@@ -51,7 +51,8 @@ class RowStaticLayer(StaticLayer):
         # [B, T], clamped: see the module docstring. Every layer of every step runs this (about 48 us per layer
         # inside a tiny model's forward on a 2-core CPU, where transformers' DynamicCache appends in about 10 us),
         # so it makes no tensor it need not: the offsets are made once.
-        slots = (self.row_lengths[:, None] + self._offsets[:new]).clamp_(max=self.max_cache_len - 1)
+        offsets = self._offsets[:new] if new <= self.max_cache_len else torch.arange(new, device=key_states.device)
+        slots = (self.row_lengths[:, None] + offsets).clamp_(max=self.max_cache_len - 1)
         if batch == 1:  # one row: a copy along the slot axis (one index tensor instead of the batched put's two)
             self.keys[0].index_copy_(1, slots[0], key_states[0])
             self.values[0].index_copy_(1, slots[0], value_states[0])

@@ -462,8 +462,10 @@ class SpeculativeDecoder:
         call's own cache, if the table lacks a width) and the acceptance carried over from earlier calls."""
         widths = width_buckets(self.width, self.compile_steps)
         self.proposer.verify_widths = set(widths)  # the drafter keeps one graph per width its context can have
+        token_by_token = getattr(self.proposer, "drafts_token_by_token", False)
         table = costs_of(self.target).table(cost_key(session.device, session.mask_dtype, session.batch_size,
-                                                     self.compile_steps))
+                                                     self.compile_steps, type(self.proposer).__name__
+                                                     if token_by_token else ""))
         missing = tuple(w for w in widths if w not in table.verify)
         if missing:
             starts = session.last_slots
@@ -480,13 +482,14 @@ class SpeculativeDecoder:
             table.verify.update(measure_verify_costs(run_verify, missing, session.device,
                                                      warmups=2 if self.compile_steps else 1))
             set_cache_length(self.cache, starts)
-        if table.draft_head is None and getattr(self.proposer, "drafts_any_width", False) and not self.compile_steps:
+        if (table.draft_head is None and getattr(self.proposer, "drafts_any_width", False) and not token_by_token
+                and not self.compile_steps):
             # the lm_head over the block's W - 1 drafted rows: what a narrower round's drafting skips
             head = self.proposer.lm_head
             rows = torch.zeros(session.batch_size, self.width - 1, head.weight.shape[1], dtype=head.weight.dtype,
                                device=head.weight.device)
             table.draft_head = measure_verify_costs(lambda w: head(rows), (self.width,), session.device)[self.width]
-        return WidthPolicy(widths, table, call_acceptance(self.target, self.drafter, self.width))
+        return WidthPolicy(widths, table, call_acceptance(self.target, self.drafter, self.width), token_by_token)
 
     @staticmethod
     def _learn_costs(policy: WidthPolicy, stats: SpeculativeStats) -> None:

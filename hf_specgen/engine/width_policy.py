@@ -77,9 +77,12 @@ def width_buckets(max_width: int, compiled: bool) -> tuple[int, ...]:
     return tuple(sorted({w for w in buckets if w < max_width} | {max_width}))
 
 
-def cost_key(device: torch.device, dtype: torch.dtype, batch_size: int, compiled: bool) -> str:
+def cost_key(device: torch.device, dtype: torch.dtype, batch_size: int, compiled: bool, drafter: str = "") -> str:
+    """The cost table's key. ``drafter``: the kind of drafter (its proposer's name), whose drafting cost the table
+    also holds; empty for the DFlash block (the keys saved before other drafters adapted their width)."""
     bucket = 1 << (batch_size - 1).bit_length()  # 1, 2, 4, 8, ...: one measurement serves nearby batch sizes
-    return f"{device.type}|{str(dtype).removeprefix('torch.')}|batch{bucket}|{'compiled' if compiled else 'eager'}"
+    key = f"{device.type}|{str(dtype).removeprefix('torch.')}|batch{bucket}|{'compiled' if compiled else 'eager'}"
+    return f"{key}|{drafter}" if drafter else key
 
 
 @dataclass
@@ -248,8 +251,12 @@ def call_acceptance(target, drafter, max_width: int) -> AcceptanceEstimate:
 class WidthPolicy:
     """Chooses each round's verify width (see the module docstring). ``widths`` includes 1 (a plain step)."""
 
-    def __init__(self, widths: tuple[int, ...], costs: CostTable, acceptance: AcceptanceEstimate):
+    def __init__(self, widths: tuple[int, ...], costs: CostTable, acceptance: AcceptanceEstimate,
+                 token_by_token: bool = False):
         self.widths = widths
+        # a drafter that drafts one token per forward (a draft LM): a round of w rows drafts (w - 1) / (W - 1) of
+        # the block's cost; else one forward drafts the block, less the lm_head rows past w (DFlash)
+        self.token_by_token = token_by_token
         self.costs = costs
         self.acceptance = acceptance
         self.plain_streak = 0
@@ -274,6 +281,8 @@ class WidthPolicy:
         """Seconds of drafting for a round of ``width`` rows (none for a plain step)."""
         if width == 1:
             return 0.0
+        if self.token_by_token:
+            return self.costs.draft * (width - 1) / max(self.widths[-1] - 1, 1)
         return max(self.costs.draft - self._skipped_head(width), 0.0)
 
     def _skipped_head(self, width: int) -> float:
@@ -282,6 +291,8 @@ class WidthPolicy:
 
     def whole_block_draft(self, width: int, seconds: float) -> float:
         """A round of ``width`` rows drafted in ``seconds``: what drafting the whole block would have taken."""
+        if self.token_by_token:
+            return seconds * max(self.widths[-1] - 1, 1) / max(width - 1, 1)
         return seconds + self._skipped_head(width)
 
     def model_seconds(self, width: int) -> float:

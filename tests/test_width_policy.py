@@ -407,10 +407,11 @@ def test_classic_default_call_is_exact_under_any_widths_and_its_twin_draft_accep
     that missed the plain steps' tokens would draft wrong ones), in a batch as well, eager and compiled."""
     import copy
 
-    target = make_target("qwen3", seed=11)
+    target = make_target("qwen3", seed=11, num_hidden_layers=1)  # one layer: quicker to compile
     twin = copy.deepcopy(target)
     rng = random.Random(12)
-    cases = (([6, 19, 11], 45),) if compiled else (([21], 60), ([6, 19, 11], 45))  # (compiling takes its time)
+    # (compiling takes its time: one short call there; batches of the compiled width buckets are covered by DFlash's)
+    cases = (([14], 40),) if compiled else (([21], 60), ([6, 19, 11], 45))
     for lengths, new in cases:
         ids, mask = padded_batch(rng, lengths)
         ref = target.generate(ids, attention_mask=mask, max_new_tokens=new, do_sample=False, eos_token_id=None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -132,6 +133,15 @@ def _eagle3_state_dict(path_or_repo: str, hub_kwargs: dict) -> dict[str, torch.T
 
     if (file := fetch("model.safetensors")) is not None:
         tensors = load_file(file)
+    elif (index := fetch("model.safetensors.index.json")) is not None:  # sharded (save_pretrained's max_shard_size)
+        with open(index) as handle:
+            shards = sorted(set(json.load(handle)["weight_map"].values()))
+        tensors = {}
+        for shard in shards:
+            if (file := fetch(shard)) is None:
+                raise ValueError(f"{path_or_repo} lists the shard {shard} in model.safetensors.index.json, but it is "
+                                 "missing: download the whole folder")
+            tensors.update(load_file(file))
     elif (file := fetch("pytorch_model.bin")) is not None:
         tensors = torch.load(file, map_location="cpu", weights_only=True)
     else:

@@ -20,6 +20,10 @@ SPECGEN=${SPECGEN:-specgen}
 TARGET=smollm2-135m-instruct
 mkdir -p "$RUN"
 : > "$RUN/commands.txt"
+# Drafters trained elsewhere (a GPU session: docs/benchmarks/gpu_h100/) are laid into $RUN/dflash and $RUN/eagle3 by
+# hand (model/ and log.json); the commands that trained them, in this file's format, go in $RUN/trained_elsewhere.txt
+# and are recorded instead of the local ones, which are then skipped.
+[ -f "$RUN/trained_elsewhere.txt" ] && cat "$RUN/trained_elsewhere.txt" >> "$RUN/commands.txt"
 
 step() {  # step NAME COMMAND...: record the exact command line under NAME, then run it
   local name=$1; shift
@@ -30,7 +34,7 @@ step() {  # step NAME COMMAND...: record the exact command line under NAME, then
 done_or() {  # done_or FILE NAME COMMAND...: record the command, run it only when FILE does not exist yet
   local file=$1; shift
   if [ -e "$file" ]; then
-    printf '%s\t%s\n' "$1" "${*:2}" >> "$RUN/commands.txt"
+    grep -q "^$1	" "$RUN/commands.txt" || printf '%s\t%s\n' "$1" "${*:2}" >> "$RUN/commands.txt"
     echo "= $1 already done ($file)"
   else
     step "$@"
@@ -38,31 +42,37 @@ done_or() {  # done_or FILE NAME COMMAND...: record the command, run it only whe
 }
 
 step prepare $SPECGEN prepare $TARGET
-# The prompt file is written once: stdlib code requests depend on the Python version that builds them.
-done_or "$RUN/prompts.jsonl" prompts $SPECGEN data prompts --out "$RUN/prompts.jsonl" --math 600 --code 600 \
-  --general 600
-# bf16 where the CPU multiplies bf16 in hardware (AVX512-BF16 / AMX: ~3x fp32 here); elsewhere pass DTYPE=float32.
-step regenerate $SPECGEN data regenerate --target $TARGET --data "$RUN/prompts.jsonl" --out "$RUN/regen.jsonl" \
-  --samples-per-prompt 0 --batch-size 48 --max-new-tokens 192 --dtype "${DTYPE:-bfloat16}"
+if [ -n "${DATA:-}" ]; then
+  # DATA=FOLDER: train on a distillation set already made (datasets/smollm2-135m-instruct-distill)
+  TRAIN_DATA=$DATA
+else
+  # The prompt file is written once: stdlib code requests depend on the Python version that builds them.
+  done_or "$RUN/prompts.jsonl" prompts $SPECGEN data prompts --out "$RUN/prompts.jsonl" --math 600 --code 600 \
+    --general 600
+  # bf16 where the CPU multiplies bf16 in hardware (AVX512-BF16 / AMX: ~3x fp32 here); elsewhere pass DTYPE=float32.
+  step regenerate $SPECGEN data regenerate --target $TARGET --data "$RUN/prompts.jsonl" --out "$RUN/regen.jsonl" \
+    --samples-per-prompt 0 --batch-size 48 --max-new-tokens 192 --dtype "${DTYPE:-bfloat16}"
+  TRAIN_DATA=$RUN/regen.jsonl
+fi
 # DFlash: the two drafter layers start as copies of the target's layers 28-29, fed through by the tap of layer 27
 # (--init-layers-from-target); a random start stayed at offline tau 1.08 after two hours in the previous build.
 # The softmax runs over the tokens present in the data (--train-vocab seen); gamma 4 weights the first slots, which
 # decide the accepted length while the drafter is young.
-done_or "$RUN/dflash/model/config.json" dflash $SPECGEN train dflash --target $TARGET --data "$RUN/regen.jsonl" \
+done_or "$RUN/dflash/model/config.json" dflash $SPECGEN train dflash --target $TARGET --data "$TRAIN_DATA" \
   --out "$RUN/dflash" --block-size 16 --layers 2 --target-layer-ids 1 10 18 27 --init-layers-from-target \
   --mask-token-id 16 --gamma 4 --max-anchors 192 --anchor-budget 512 --seq-len 512 --train-vocab seen \
   --mixed-precision "${MIXED_PRECISION:-bf16}" --heldout 32 --time-budget-minutes 60 --threads 2
 if [ -n "${EAGLE3_FROM:-}" ]; then
   EAGLE3_MODEL=$EAGLE3_FROM
 else
-  done_or "$RUN/eagle3/model/config.json" eagle3 $SPECGEN train eagle3 --target $TARGET --data "$RUN/regen.jsonl" \
+  done_or "$RUN/eagle3/model/config.json" eagle3 $SPECGEN train eagle3 --target $TARGET --data "$TRAIN_DATA" \
     --out "$RUN/eagle3" --draft-vocab-size 8192 --ttt-steps 4 --batch-size 4 --seq-len 512 --lr 6e-4 \
     --mixed-precision "${MIXED_PRECISION:-bf16}" --time-budget-minutes 40 --threads 2
   EAGLE3_MODEL=$RUN/eagle3/model
 fi
 # The router learns which drafter accepts more where, so it is trained on the final drafters.
 done_or "$RUN/whiflash/config.json" router $SPECGEN train router --target $TARGET --eagle3 "$EAGLE3_MODEL" \
-  --dflash "$RUN/dflash/model" --data "$RUN/regen.jsonl" --out "$RUN/whiflash" --max-sequences 100 --seq-len 512 \
+  --dflash "$RUN/dflash/model" --data "$TRAIN_DATA" --out "$RUN/whiflash" --max-sequences 100 --seq-len 512 \
   --eagle-depth 6 --eagle-top-k 1 --mixed-precision no --time-budget-minutes 2
 # Entropy thresholds per prompt category for the entropy router, on Spec-Bench / HumanEval prompts past the first 40
 # of each category, which the benchmark (at most 40 per category) never uses.

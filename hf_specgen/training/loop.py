@@ -68,6 +68,13 @@ def add_run_arguments(parser, lr: float, max_steps: int = 100_000, mixed_precisi
     parser.add_argument("--no-resume", action="store_true", help="start over even if out/checkpoint exists")
 
 
+def training_device_name(device: torch.device) -> str:
+    """What a run trained on, for its log and the model cards: the GPU's name, or the CPU's core count."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"a {torch.get_num_threads()}-thread CPU"
+
+
 def start_run(args) -> Path:
     """Seed, CPU threads and the run folder, from the flags of :func:`add_run_arguments` and ``--out``."""
     torch.manual_seed(args.seed)
@@ -287,7 +294,7 @@ def run_training(
     model.eval()
     log = {"description": description, "settings": asdict(settings), **(run_info or {}),
            "steps": state.step, "tokens_seen": state.tokens_seen, "train_minutes": state.elapsed_seconds / 60,
-           "train_cpu_minutes": state.cpu_seconds / 60,
+           "train_cpu_minutes": state.cpu_seconds / 60, "device": training_device_name(accelerator.device),
            "final_train_loss": state.history[-1]["loss"] if state.history else None, "history": state.history}
     if evaluate is not None:
         with torch.no_grad():

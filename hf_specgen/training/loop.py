@@ -69,9 +69,9 @@ def add_run_arguments(parser, lr: float, max_steps: int = 100_000, mixed_precisi
 
 
 def training_device_name(device: torch.device) -> str:
-    """What a run trained on, for its log and the model cards: the GPU's name, or the CPU's core count."""
+    """What a run trained on, for its log and the model cards ("on one NVIDIA H100 ...", "on a 2-thread CPU")."""
     if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
+        return f"one {torch.cuda.get_device_name(device)}"
     return f"a {torch.get_num_threads()}-thread CPU"
 
 

@@ -140,7 +140,8 @@ train)
   ;;
 train_eagle3)
   prepare_target || exit 1
-  train eagle3 "${TRAIN_MINUTES:-7}" --draft-vocab-size 8192 --ttt-steps 4 --batch-size 32 --seq-len 512 --lr 6e-4
+  train eagle3 "${TRAIN_MINUTES:-7}" --draft-vocab-size 8192 --ttt-steps 4 --batch-size 32 --seq-len 512 --lr 6e-4 \
+    --heldout 64
   ;;
 check)
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv

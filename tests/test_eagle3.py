@@ -300,3 +300,26 @@ def test_device_built_trees_equal_a_from_scratch_tree():
             depth[i] = depth[parents[i]] + 1
         depths.add(max(depth))
     assert max(depths) == 4  # trees reached the last level: every level's ancestor views were exercised
+
+
+@torch.no_grad()
+def test_offline_chain_tau_counts_the_drafts_a_greedy_chain_would_have_accepted():
+    """The trainer's held-out estimate on a sequence built from the drafter's own chain: every draft counts while the
+    text follows the chain, and the count stops at the first token that does not (any misaligned row, step or label
+    offset gives another count)."""
+    from hf_specgen.training.eagle3_trainer import offline_chain_acceptance
+
+    target = make_target("llama", num_hidden_layers=6)
+    drafter = make_eagle3(target)
+    committed = torch.randint(3, 250, (1, 20))
+    depth = 4
+    chain = _reference_chain(target, drafter, committed, depth)
+    for wrong_at in (None, 0, 2):
+        text = list(chain)
+        if wrong_at is not None:
+            text[wrong_at] = 3 + (text[wrong_at] - 2) % 240  # another token
+        ids = committed[0].tolist() + text
+        # the last committed token opens the response: exactly one round (row 18) has depth + 1 response tokens
+        stats = offline_chain_acceptance(drafter, target, [(ids, 19)], pad_id=0, depth=depth)
+        assert stats["rounds_judged"] == 1
+        assert stats["offline_tau"] == 1 + (depth if wrong_at is None else wrong_at), (wrong_at, chain)

@@ -295,7 +295,7 @@ def trained_runs(mini_world):
           "--init-from", str(runs / "dflash" / "model"), "--max-steps", "2", "--heldout", "8", "--mixed-precision", "no"])
     main(["train", "eagle3", "--target", str(mini_world / "target"), "--data", str(regen), "--out",
           str(runs / "eagle3"), "--draft-vocab-size", "200", "--ttt-steps", "3", "--batch-size", "4", "--max-steps", "3",
-          "--mixed-precision", "no"])
+          "--heldout", "8", "--eval-depth", "3", "--mixed-precision", "no"])
     main(["train", "router", "--target", str(mini_world / "target"), "--eagle3", str(runs / "eagle3" / "model"),
           "--dflash", str(runs / "dflash" / "model"), "--data", str(regen), "--out", str(runs / "whiflash"),
           "--eagle-depth", "3", "--max-steps", "5", "--batch-size", "8"])
@@ -487,6 +487,8 @@ def test_trained_eagle3_loads_and_decodes_losslessly(mini_world, trained_runs):
 
     log = json.loads((trained_runs / "eagle3" / "log.json").read_text())
     assert log["steps"] == 3 and log["draft_vocab_size"] == 200
+    assert log["heldout_sequences"] == 8  # kept out of training, judged by the offline chain estimate
+    assert log["eval"]["rounds_judged"] > 0 and 1 <= log["eval"]["offline_tau"] <= 1 + 3  # chains of 3 drafts
     drafter = hf_specgen.load_drafter(str(trained_runs / "eagle3" / "model"))
     assert isinstance(drafter, hf_specgen.Eagle3DraftModel) and int(drafter.t2d.sum()) == 200
     target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained(mini_world / "target"))

@@ -107,6 +107,37 @@ def eagle3_loss(drafter, target, input_ids: torch.Tensor, labels: torch.Tensor, 
     return total / max(weight_sum, 1e-9), scored
 
 
+@torch.no_grad()
+def offline_chain_acceptance(drafter, target, examples, pad_id: int, depth: int = 6, limit: int = 64) -> dict:
+    """Tokens per round of the drafter's greedy chain of ``depth`` drafts on held-out sequences (teacher forcing).
+
+    Row t of a round starts where x_{t+1} was just committed; TTT step s feeds the true token x_{t+s}, which is the
+    chain's own draft whenever steps 1..s-1 were accepted, so the leading matches of step s's guess with x_{t+s+1}
+    are exactly what a greedy target accepts on its own answers. tau = 1 + leading matches (the bonus token counts),
+    over rows whose next depth + 1 tokens are all response tokens: the EAGLE-3 counterpart of DFlash's
+    ``offline_acceptance``.
+    """
+    device = next(drafter.parameters()).device
+    layer_ids = drafter.target_layer_ids or default_eagle3_layer_ids(target.config.num_hidden_layers)
+    matches, rounds = 0, 0
+    for start in range(0, min(limit, len(examples)), 8):
+        input_ids, labels = pad_chat_batch(examples[start: start + 8], pad_id)
+        pad = torch.full((input_ids.shape[0], depth + 1), pad_id)  # room for the unrolled steps
+        input_ids = torch.cat([input_ids, pad], dim=1).to(device)
+        labels = torch.cat([labels, torch.full_like(pad, IGNORE)], dim=1).to(device)
+        rows = input_ids.shape[1] - depth - 1
+        out = target.model(input_ids=input_ids, output_hidden_states=True)
+        features = torch.cat([out.hidden_states[i + 1][:, :rows] for i in layer_ids], dim=-1)
+        outputs = ttt_forward(drafter, target.get_input_embeddings(), input_ids, features, depth)
+        guesses = torch.stack([drafter.to_target_ids(drafter.draft_logits(h).argmax(-1)) for h in outputs], -1)
+        truth = torch.stack([labels[:, s + 1: s + 1 + rows] for s in range(1, depth + 1)], -1)  # [B, T, depth]
+        judged = (labels[:, 1: 1 + rows] != IGNORE) & (truth != IGNORE).all(-1)  # [B, T]
+        leading = (guesses == truth).long().cumprod(-1).sum(-1)  # [B, T] drafts accepted before the first miss
+        matches += int(leading[judged].sum())
+        rounds += int(judged.sum())
+    return {"offline_tau": 1 + matches / max(rounds, 1), "rounds_judged": rounds, "depth": depth}
+
+
 def train_eagle3(args) -> dict:
     out_dir = start_run(args)
     tokenizer, target = load_frozen_target(args.target)
@@ -114,6 +145,9 @@ def train_eagle3(args) -> dict:
     examples = chat_examples(tokenizer, read_jsonl(args.data), args.seq_len)
     if not examples:
         raise ValueError(f"{args.data} has no usable records")
+    heldout, examples = examples[: args.heldout], examples[args.heldout:]
+    if not examples:
+        raise ValueError(f"{args.data} has too few records for --heldout {args.heldout}")
     draft_vocab = min(args.draft_vocab_size or t.vocab_size, t.vocab_size)
     config = LlamaConfig(vocab_size=t.vocab_size, hidden_size=t.hidden_size, intermediate_size=t.intermediate_size,
                          num_hidden_layers=1, num_attention_heads=t.num_attention_heads,
@@ -147,9 +181,16 @@ def train_eagle3(args) -> dict:
             target.to(next(model.parameters()).device)
         return eagle3_loss(model, target, *batch, steps=args.ttt_steps, step_weight=args.step_weight)
 
+    def evaluate(model):
+        device_type = next(model.parameters()).device.type
+        with torch.autocast(device_type, dtype=torch.bfloat16, enabled=args.mixed_precision == "bf16"):
+            return offline_chain_acceptance(model, target, heldout, tokenizer.pad_token_id, depth=args.eval_depth)
+
     settings = settings_from_args(args, out_dir)
     log = run_training(drafter, settings, batch_for_step, loss_fn, description="EAGLE-3 drafter (TTT)",
+                       evaluate=evaluate if heldout else None,
                        run_info={"target": str(args.target), "data": str(args.data), "sequences": len(examples),
+                                 "heldout_sequences": len(heldout),
                                  "init_from": args.init_from,
                                  "ttt_steps": args.ttt_steps, "draft_vocab_size": draft_vocab,
                                  "drafter_parameters": sum(p.numel() for p in drafter.parameters())})
@@ -170,4 +211,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seq-len", type=int, default=2048)
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--init-from", default=None, help="start from this trained drafter (fine-tune, new data)")
+    parser.add_argument("--heldout", type=int, default=0,
+                        help="sequences kept out for an offline chain tau estimate (0: train on all, no estimate)")
+    parser.add_argument("--eval-depth", type=int, default=6, help="chain length of the offline tau estimate")
     add_run_arguments(parser, lr=3e-4)

@@ -582,8 +582,12 @@ def test_the_committed_distillation_prompts_share_nothing_with_a_benchmark():
     prompts = read_jsonl(folder / "prompts.jsonl.gz")
     assert Counter(r["domain"] for r in prompts) == {"math": 7473, "code": 6381, "general": 5000, "long": 5000}
     assert not [r["id"] for r in prompts if shares_text_with_a_benchmark(r["prompt"])]
-    answered = read_jsonl(folder)
-    assert [r["id"] for r in answered] == [r["id"] for r in prompts[: len(answered)]]
+    shards = sorted((folder / "data").glob("train-*.jsonl.gz"))
+    assert shards
+    for shard in shards:  # shard N holds prompts 256 N .. 256 N + 255, in order (shards land out of order)
+        first = 256 * int(shard.name.removeprefix("train-").removesuffix(".jsonl.gz"))
+        answered = [r["id"] for r in read_jsonl(shard)]
+        assert answered == [r["id"] for r in prompts[first: first + 256]], shard.name
 
 
 def test_chat_examples_use_the_exact_prompt_ids_of_a_real_chat_template(mini_world):

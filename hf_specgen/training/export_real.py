@@ -70,9 +70,9 @@ def _data_line(runs: Path, log: dict) -> str:
         answers = log.get("train_sequences") or log.get("sequences") or 0
         return (f"{answers:,} greedy answers of the target (chat template, at most 256 new tokens) from its "
                 "distillation set, `datasets/smollm2-135m-instruct-distill` in hf_specgen's repository (its card lists "
-                "the prompt "
-                "sources: GSM8K training problems, Python standard-library code requests, general instructions, "
-                "long-context tasks over Python's documentation; none shares a 12-word run with a benchmark prompt)")
+                "the prompt sources: GSM8K training problems, Python standard-library code requests, general "
+                "instructions, long-context tasks over Python's documentation; none shares a 12-word run with a "
+                "benchmark prompt)")
     return (f"{summary.get('greedy', 0)} greedy answers of the target (chat template, at most 192 new tokens; "
             f"{summary.get('finished', 0)} finished before the limit) to training prompts that share nothing with "
             "the benchmark prompts: GSM8K training problems, requests built from documented functions and classes of "

@@ -209,3 +209,22 @@ def test_our_own_calls_raise_no_deprecation_warnings_on_the_installed_transforme
                        {"assistant_model": small, "speculative_mode": "classic"}):
             target.generate(ids, max_new_tokens=6, **kwargs)
         drafter.spec_generate(ids, target, max_new_tokens=6)
+
+
+def test_readme_is_a_front_door_whose_two_commands_ci_and_users_run():
+    """The README stays short, starts with the two commands (main job, tests), and `.ci/run` runs the test command
+    as written there."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 200, "keep the README a front door: move depth into docs/"
+
+    def command_after(marker: str) -> str:
+        block = re.search(re.escape(marker) + r"\n```bash\n(.*?)\n```", readme, re.S)
+        assert block, f"the README has no bash block after {marker}"
+        return block.group(1)
+
+    main_job, tests = command_after("<!-- main-command -->"), command_after("<!-- test-command -->")
+    assert readme.index("<!-- main-command -->") < readme.index("<!-- test-command -->") < readme.index("## Example")
+    assert "specgen prepare" in main_job and main_job.endswith("specgen compare")
+    assert "torch==2.13.0" in main_job and "torch==2.13.0" in tests and "pytest" in tests
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "<!-- test-command -->" in ci and 'bash -c "$test_command"' in ci

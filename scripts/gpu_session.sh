@@ -76,8 +76,7 @@ train() {  # train KIND MINUTES ARGS...: a drafter trained for MINUTES, its log,
   local run=/root/runs/$kind
   echo "=== train $kind ($minutes min): $*"
   $SPECGEN train "$kind" --target smollm2-135m-instruct --data "${TRAIN_DATA:-datasets/smollm2-135m-instruct-distill}" \
-    --out "$run" \
-    --mixed-precision bf16 --time-budget-minutes "$minutes" "$@" 2>&1 | tail -c 3000
+    --out "$run" --mixed-precision bf16 --time-budget-minutes "$minutes" "$@" 2>&1 | tail -c 3000
   [ -d "$run/model" ] || return 1
   mkdir -p "$OUT/$kind"
   cp "$run/log.json" "$run/loss.png" "$OUT/$kind/"

@@ -81,6 +81,20 @@ def ttt_forward(drafter: Eagle3DraftModel, embed, input_ids: torch.Tensor, featu
     return outputs
 
 
+def ttt_batch(examples, pad_id: int, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded input ids / labels [B, T + steps + 1]: chat examples with room for ``steps`` unrolled steps."""
+    input_ids, labels = pad_chat_batch(examples, pad_id)
+    pad = torch.full((len(examples), steps + 1), pad_id)
+    return torch.cat([input_ids, pad], dim=1), torch.cat([labels, torch.full_like(pad, IGNORE)], dim=1)
+
+
+def tapped_features(drafter, target, input_ids: torch.Tensor, rows: int) -> torch.Tensor:
+    """[B, rows, n*H]: the frozen target's hidden states at the drafter's taps; row t holds f_t."""
+    out = target.model(input_ids=input_ids, output_hidden_states=True)
+    layer_ids = drafter.target_layer_ids or default_eagle3_layer_ids(target.config.num_hidden_layers)
+    return torch.cat([out.hidden_states[i + 1][:, :rows] for i in layer_ids], dim=-1)
+
+
 def eagle3_loss(drafter, target, input_ids: torch.Tensor, labels: torch.Tensor, steps: int,
                 step_weight: float) -> tuple[torch.Tensor, int]:
     """input_ids / labels [B, S] (labels = token where it is a response token, else IGNORE)."""
@@ -88,9 +102,7 @@ def eagle3_loss(drafter, target, input_ids: torch.Tensor, labels: torch.Tensor, 
     input_ids, labels = input_ids.to(device), labels.to(device)
     rows = input_ids.shape[1] - steps - 1
     with torch.no_grad():
-        out = target.model(input_ids=input_ids, output_hidden_states=True)
-        layer_ids = drafter.target_layer_ids or default_eagle3_layer_ids(target.config.num_hidden_layers)
-        features = torch.cat([out.hidden_states[i + 1][:, :rows] for i in layer_ids], dim=-1)
+        features = tapped_features(drafter, target, input_ids, rows)
     outputs = ttt_forward(drafter, target.get_input_embeddings(), input_ids, features, steps)
     total, weight_sum, scored = 0.0, 0.0, 0
     for s, hidden in enumerate(outputs, start=1):
@@ -118,16 +130,11 @@ def offline_chain_acceptance(drafter, target, examples, pad_id: int, depth: int 
     ``offline_acceptance``.
     """
     device = next(drafter.parameters()).device
-    layer_ids = drafter.target_layer_ids or default_eagle3_layer_ids(target.config.num_hidden_layers)
     matches, rounds = 0, 0
     for start in range(0, min(limit, len(examples)), 8):
-        input_ids, labels = pad_chat_batch(examples[start: start + 8], pad_id)
-        pad = torch.full((input_ids.shape[0], depth + 1), pad_id)  # room for the unrolled steps
-        input_ids = torch.cat([input_ids, pad], dim=1).to(device)
-        labels = torch.cat([labels, torch.full_like(pad, IGNORE)], dim=1).to(device)
+        input_ids, labels = (t.to(device) for t in ttt_batch(examples[start: start + 8], pad_id, depth))
         rows = input_ids.shape[1] - depth - 1
-        out = target.model(input_ids=input_ids, output_hidden_states=True)
-        features = torch.cat([out.hidden_states[i + 1][:, :rows] for i in layer_ids], dim=-1)
+        features = tapped_features(drafter, target, input_ids, rows)
         outputs = ttt_forward(drafter, target.get_input_embeddings(), input_ids, features, depth)
         guesses = torch.stack([drafter.to_target_ids(drafter.draft_logits(h).argmax(-1)) for h in outputs], -1)
         truth = torch.stack([labels[:, s + 1: s + 1 + rows] for s in range(1, depth + 1)], -1)  # [B, T, depth]
@@ -172,9 +179,7 @@ def train_eagle3(args) -> dict:
 
     def batch_for_step(index: int):
         picks = epoch_batch(index, len(examples), args.batch_size, args.seed)
-        input_ids, labels = pad_chat_batch([examples[i] for i in picks], tokenizer.pad_token_id)
-        pad = torch.full((len(picks), args.ttt_steps + 1), tokenizer.pad_token_id)  # room for the unrolled steps
-        return torch.cat([input_ids, pad], dim=1), torch.cat([labels, torch.full_like(pad, IGNORE)], dim=1)
+        return ttt_batch([examples[i] for i in picks], tokenizer.pad_token_id, args.ttt_steps)
 
     def loss_fn(model, batch):
         if target.device != next(model.parameters()).device:

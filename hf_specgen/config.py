@@ -9,6 +9,8 @@ from .engine.fly import FLY_SAMPLING_RULES, FLY_WINDOW_CONVENTIONS, check_fly_se
 SPECULATIVE_MODES = ("dflash", "classic", "eagle3", "whiflash", "fly", "autoregressive")
 LOSSY_MODES = ("fly",)
 DEFAULT_NUM_DRAFT_TOKENS = {"classic": 7, "eagle3": 7, "fly": 15}
+DEFAULT_EAGLE_TOP_K = 10  # an EAGLE-3 tree's candidates per level (the WhiFlash paper's), where a tree is drafted
+DEFAULT_EAGLE_TOTAL_TOKENS = 60  # an EAGLE-3 tree's nodes per round (the WhiFlash paper's); adaptive: at most this
 
 
 @dataclass
@@ -36,17 +38,24 @@ class SpeculativeConfig:
     max_cache_len: as in stock generate's static cache: allocate at least this many KV slots, so compiled calls of
                    any length up to it share one cache size and one graph; a call that needs more allocates more.
                    None = what the call needs (rounded up to 256 slots when compiled).
-    eagle_top_k, eagle_depth, eagle_total_tokens: EAGLE-3 dynamic tree (defaults 10, 8, 60: the WhiFlash paper's);
-                   eagle_top_k=1 drafts a chain of num_draft_tokens tokens instead.
+    eagle_top_k, eagle_depth, eagle_total_tokens: EAGLE-3 dynamic tree (10, 8, 60: the WhiFlash paper's);
+                   eagle_top_k=1 drafts a chain of num_draft_tokens tokens instead. eagle_top_k None = a tree of
+                   top_k 10 on a GPU (or with eagle_total_tokens given), a chain elsewhere or with
+                   num_draft_tokens given: on a CPU a verify costs about in proportion to its rows, and an adaptive
+                   chain beat every tree on the real target (docs/width-policy.md). eagle_total_tokens None = 60
+                   nodes at most, each round's budget chosen by the width policy (speculative_mode="eagle3").
     dflash_tree_nodes: DDTree-style draft trees from one DFlash pass: the N most probable prefixes under the drafter's
                    per-position distributions (root included), verified in one target forward. 0 = the single block.
     dflash_tree_top_k: candidate tokens per block position for those trees; None = N - 1 (no cap); 1 = the block's
                    own chain.
     adaptive_width: each round verifies the width that pays (the engine's width policy): a prefix of the DFlash block
-                   or of the draft LM's tokens, or a plain one-token step when no draft pays, from the target's
-                   measured verify costs and the drafter's running acceptance. None = on for "dflash" blocks unless
-                   block_size is given and for "classic" unless num_draft_tokens or draft_confidence_threshold is
-                   (an explicit width keeps today's fixed behaviour); True / False force it.
+                   or of the draft LM's / EAGLE-3 chain's tokens, an EAGLE-3 tree's node budget, or a plain one-token
+                   step when no draft pays, from the target's measured verify costs and the drafter's running
+                   acceptance. None = on for "dflash" blocks unless block_size is given, for "classic" unless
+                   num_draft_tokens or draft_confidence_threshold is, for "eagle3" unless its width is
+                   (num_draft_tokens for a chain, eagle_total_tokens for a tree), and for "whiflash" (a plain step
+                   or the router's drafter, its block verified whole or a prefix of it) unless any of those is: an
+                   explicit width keeps today's fixed behaviour; True / False force it.
     fly_window:    FLy's deferred window W (default 6; 0 disables the window).
     fly_window_convention: "reference" (W counts the mismatched slot; FLy's code) or "vllm" (W counts only the
                    following matches: vLLM's ``fly_window_size``; vLLM W = reference W - 1).
@@ -63,9 +72,9 @@ class SpeculativeConfig:
     draft_confidence_threshold: float | None = None
     compile: bool | str = "auto"
     max_cache_len: int | None = None
-    eagle_top_k: int = 10
+    eagle_top_k: int | None = None
     eagle_depth: int = 8
-    eagle_total_tokens: int = 60
+    eagle_total_tokens: int | None = None
     dflash_tree_nodes: int = 0
     dflash_tree_top_k: int | None = None
     adaptive_width: bool | None = None
@@ -115,11 +124,14 @@ class SpeculativeConfig:
             raise ValueError(f"max_cache_len must be a positive int or None, got {self.max_cache_len!r}.")
         for name in ("eagle_top_k", "eagle_depth", "eagle_total_tokens"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            if (value is not None or name == "eagle_depth") and (
+                    not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}.")
-        if self.eagle_top_k > 1 and not 2 <= self.eagle_total_tokens <= 1 + self.eagle_top_k * self.eagle_depth:
+        top_k = self.eagle_top_k or DEFAULT_EAGLE_TOP_K
+        if self.eagle_total_tokens is not None and top_k > 1 and not 2 <= self.eagle_total_tokens <= 1 + top_k * \
+                self.eagle_depth:
             raise ValueError(f"eagle_total_tokens must be in [2, 1 + eagle_top_k * eagle_depth = "
-                             f"{1 + self.eagle_top_k * self.eagle_depth}], got {self.eagle_total_tokens}.")
+                             f"{1 + top_k * self.eagle_depth}], got {self.eagle_total_tokens}.")
         nodes, top_k = self.dflash_tree_nodes, self.dflash_tree_top_k
         if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 0 or nodes == 1:
             raise ValueError(f"dflash_tree_nodes must be 0 (the single DFlash block) or an int >= 2 (nodes per tree, "
@@ -133,9 +145,11 @@ class SpeculativeConfig:
             raise ValueError("dflash_tree_top_k sizes DFlash trees: also pass dflash_tree_nodes=N.")
         if self.adaptive_width not in (None, True, False):
             raise ValueError(f"adaptive_width must be True, False or None (automatic), got {self.adaptive_width!r}.")
-        if self.adaptive_width and ((self.mode != "dflash" or nodes) and self.mode != "classic"):
-            raise ValueError("adaptive_width=True applies to speculative_mode='dflash' with its block (not trees) and "
-                             "'classic' for now; the other modes verify a fixed width: drop adaptive_width.")
+        if self.adaptive_width and ((self.mode != "dflash" or nodes) and self.mode not in ("classic", "eagle3",
+                                                                                           "whiflash")):
+            raise ValueError("adaptive_width=True applies to speculative_mode='dflash' with its block (not trees), "
+                             "'classic', 'eagle3' and 'whiflash' for now; FLy verifies a fixed width: drop "
+                             "adaptive_width.")
         if self.adaptive_width and self.draft_confidence_threshold is not None:
             raise ValueError("draft_confidence_threshold is a width heuristic of its own (each row stops drafting "
                              "when unsure): drop it, or adaptive_width.")
@@ -158,7 +172,25 @@ class SpeculativeConfig:
             return self.adaptive_width
         if self.mode == "classic":  # an explicit num_draft_tokens or confidence threshold keeps its own widths
             return self.num_draft_tokens is None and self.draft_confidence_threshold is None
+        if self.mode == "eagle3":  # a chain's width is its draft tokens, a tree's its node budget
+            return self.num_draft_tokens is None and (self.eagle_top_k == 1 or self.eagle_total_tokens is None)
+        if self.mode == "whiflash":  # plain steps or the router's drafter (a prefix of its block)
+            return self.block_size is None and self.num_draft_tokens is None and self.eagle_total_tokens is None
         return self.mode == "dflash" and not self.dflash_tree_nodes and self.block_size is None
+
+    def eagle_shape(self, device_type: str) -> int:
+        """The EAGLE-3 top_k this call drafts with on ``device_type`` (1: a chain; see eagle_top_k)."""
+        if self.eagle_top_k is not None:
+            return self.eagle_top_k
+        if self.num_draft_tokens is not None or self.mode == "fly":
+            return 1
+        tree = self.eagle_total_tokens is not None or device_type == "cuda"
+        return DEFAULT_EAGLE_TOP_K if tree else 1
+
+    def tree_budget(self, top_k: int) -> int:
+        """An EAGLE-3 tree's nodes per round (the root included): the given eagle_total_tokens, else the default
+        capped by what top_k and depth can reach."""
+        return self.eagle_total_tokens or min(DEFAULT_EAGLE_TOTAL_TOKENS, 1 + top_k * self.eagle_depth)
 
     def draft_tokens(self) -> int:
         return self.num_draft_tokens or DEFAULT_NUM_DRAFT_TOKENS.get(self.mode, 7)

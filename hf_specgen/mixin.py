@@ -67,11 +67,12 @@ def _speculative_config(kwargs: dict, generation_config) -> SpeculativeConfig | 
 
 def _eagle3_proposer(drafter, target, spec: SpeculativeConfig, compile_steps: bool):
     """A dynamic tree (eagle_top_k > 1, not under FLy, whose rule is written for chains) or a chain."""
-    if spec.mode != "fly" and spec.eagle_top_k > 1:
+    top_k = spec.eagle_shape(target.device.type)
+    if spec.mode != "fly" and top_k > 1:
         if spec.num_draft_tokens is not None:
             raise ValueError("num_draft_tokens sets an EAGLE-3 chain (eagle_top_k=1); a tree is sized by eagle_depth "
                              "and eagle_total_tokens.")
-        return Eagle3TreeProposer(drafter, target, spec.eagle_top_k, spec.eagle_depth, spec.eagle_total_tokens,
+        return Eagle3TreeProposer(drafter, target, top_k, spec.eagle_depth, spec.tree_budget(top_k),
                                   compile_steps)
     return Eagle3ChainProposer(drafter, target, spec.draft_tokens(), compile_steps)
 

@@ -35,7 +35,8 @@ import hf_specgen  # noqa: E402
 from hf_specgen.bench.models import synthetic_pair  # noqa: E402
 
 # Modes whose greedy rounds read the device once (WhiFlash's router and FLy's prompt lookup read tokens on the host).
-ONE_READ_PER_ROUND = {"autoregressive", "dflash", "dflash-tree", "classic", "eagle3-chain", "eagle3-tree", "fly"}
+ONE_READ_PER_ROUND = {"autoregressive", "dflash", "dflash-tree", "classic", "eagle3-chain", "eagle3-tree",
+                      "eagle3-chain-adaptive", "fly"}
 
 
 def assistants(drafter, draft_lm, eagle) -> dict[str, tuple]:
@@ -47,7 +48,8 @@ def assistants(drafter, draft_lm, eagle) -> dict[str, tuple]:
         "dflash-tree": (drafter, {"speculative_mode": "dflash", "dflash_tree_nodes": 16}),
         "classic": (draft_lm, {"speculative_mode": "classic", "num_draft_tokens": 4}),
         "eagle3-chain": (eagle, {"speculative_mode": "eagle3", "eagle_top_k": 1, "num_draft_tokens": 4}),
-        "eagle3-tree": (eagle, {"speculative_mode": "eagle3"}),
+        "eagle3-tree": (eagle, {"speculative_mode": "eagle3"}),  # the default call on a GPU: budgets adapt
+        "eagle3-chain-adaptive": (eagle, {"speculative_mode": "eagle3", "eagle_top_k": 1}),  # a CPU's default
         "whiflash": (bundle, {"speculative_mode": "whiflash"}),
         # a gate no mismatch passes (the top-3 entropy never reaches ln 3): FLy must give exact greedy tokens
         "fly": (drafter, {"speculative_mode": "fly", "fly_entropy_threshold": 1.0986}),

@@ -39,6 +39,8 @@ def _assistants(target, family: str = "qwen3"):
         "classic": (make_target(family, seed=5, num_hidden_layers=1), {"num_draft_tokens": 4}),
         "eagle3": (eagle, {"eagle_top_k": 1, "num_draft_tokens": 4}),
         "eagle3-tree": (eagle, {"eagle_top_k": 3, "eagle_depth": 4, "eagle_total_tokens": 10}),
+        # the width policy picks each round's node budget (or a plain step); its evidence rides the round's one read
+        "eagle3-adaptive": (eagle, {"eagle_top_k": 3, "eagle_depth": 4}),
         # FLy with a gate no mismatch passes rescues nothing: it must equal the target's greedy tokens.
         "fly": (make_dflash(target, block_size=8, seed=2), {"fly_entropy_threshold": 1.0986}),
         # ... with a draft LM and prompt lookup (FLy's MLA, on by default for a draft LM): candidates per row.
@@ -176,7 +178,8 @@ class HostReads(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-@pytest.mark.parametrize("mode", ["dflash", "autoregressive", "classic", "eagle3", "eagle3-tree", "fly"])
+@pytest.mark.parametrize("mode", ["dflash", "autoregressive", "classic", "eagle3", "eagle3-tree", "eagle3-adaptive",
+                                  "fly"])
 def test_one_host_read_per_round(mode):
     """Greedy rounds read the device once (each row's accepted / committed counts and done flag), plus once for the
     prefill's first tokens, once for the output's padding and once for the prompt's id range (hf_specgen/inputs.py);

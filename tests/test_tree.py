@@ -163,3 +163,51 @@ def test_tree_rounds_in_the_loop_are_lossless_and_accept_deep_paths(corrupt, len
             assert row[:-1] == [5] * (len(row) - 1)  # the whole correct branch every round
         else:
             assert len(set(row)) > 2
+
+
+def test_one_verify_tells_what_every_smaller_budget_would_have_kept():
+    """accepted_within_budgets: from one verify of a tree of the best N - 1 candidates, the drafts a tree of only the
+    best n - 1 would have kept, for every n <= N, equal to verifying each smaller tree on its own (random candidate
+    tables laid out level by level, scores falling along every path, a target that follows some children)."""
+    from hf_specgen.engine.tree import accepted_within_budgets, best_nodes_tree
+
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(30):
+        batch, top_k, depth = 3, 3, 4
+        parents, scores = [], []
+        for level in range(depth):  # entries of level l: children of every entry of level l - 1 (or the root)
+            above = [i for i, p in enumerate(parents) if sum(1 for _ in _ancestry(parents, i)) == level - 1]
+            for parent in (above if level else [-1]):
+                for _ in range(top_k):
+                    parents.append(parent)
+        m = len(parents)
+        parents_t = torch.tensor(parents).expand(batch, m)
+        logp = torch.rand((batch, m), generator=gen).log()
+        scores = torch.zeros((batch, m))
+        for i, p in enumerate(parents):  # cumulative: a child never outscores its parent
+            scores[:, i] = logp[:, i] + (scores[:, p] if p >= 0 else 0)
+        tokens = torch.arange(1, m + 1).expand(batch, m)  # entry e carries token e + 1 (root: token 0)
+        # the target's choice after each entry (index 0: the root, e + 1: entry e): one of its children, or nothing
+        truth = torch.randint(0, m + 1, (batch, m + 1), generator=gen)
+        for b in range(batch):
+            for e in range(-1, m):
+                kids = [c for c in range(m) if parents[c] == e]
+                if kids and torch.rand((), generator=gen) < 0.7:
+                    truth[b, e + 1] = kids[int(torch.randint(len(kids), (), generator=gen))] + 1
+        roots = torch.zeros((batch, 1), dtype=torch.long)
+        budgets = [2, 3, 5, 8, 13]
+        full = best_nodes_tree(scores, tokens, parents_t, roots, budgets[-1], depth)
+        choices = truth.gather(1, full.tokens)  # [B, N]: node with token t stands for entry t - 1
+        path, n_accepted = accept_greedy(full, choices)
+        within = accepted_within_budgets(full, path, n_accepted, budgets)
+        for j, n in enumerate(budgets):
+            small = best_nodes_tree(scores, tokens, parents_t, roots, n, depth)
+            _, kept = accept_greedy(small, truth.gather(1, small.tokens))
+            assert within[:, j].tolist() == kept.tolist()
+        assert within[:, -1].tolist() == n_accepted.tolist()
+
+
+def _ancestry(parents, i):
+    while i >= 0:
+        yield i
+        i = parents[i]

@@ -52,7 +52,9 @@ def test_greedy_equals_stock_for_any_routing(family):
             stats = out.speculative_stats
             assert len(stats.drafter_per_round) == stats.num_rounds
             if router in ("eagle3", "dflash"):
-                assert set(stats.drafter_per_round) == {router} and stats.switches == 0
+                # (the default call, shape {}, may also run plain steps: "plain" rounds draft nothing)
+                assert set(stats.drafter_per_round) - {"plain"} == {router} and stats.switches == 0
+                assert "plain" not in stats.drafter_per_round or shape == {}
             if isinstance(router, Alternate) and router.period == 1 and stats.num_rounds > 2:
                 assert stats.switches == stats.num_rounds - 1
 

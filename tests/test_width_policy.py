@@ -121,8 +121,8 @@ def _oracle_after(reference: list[int], switch_at: int):
     cache follows the call as usual."""
     real_propose = DFlashProposer.propose
 
-    def propose(self, width=None):
-        block = real_propose(self, width)  # [1, w]
+    def propose(self, width=None, whole_block=False):
+        block = real_propose(self, width, whole_block)  # [1, w]
         length = self.session.host_lengths[0]
         upcoming = reference[length: length + block.shape[1] - 1]
         if length >= switch_at:  # right up to the reference's end (the call stops there)
@@ -335,11 +335,11 @@ def test_a_slow_one_off_drafting_round_does_not_make_drafting_look_slow(monkeypa
     oracle = _oracle_after(reference[0].tolist(), switch_at=0)
     calls = {"n": 0}
 
-    def slow_twice(self, width=None):
+    def slow_twice(self, width=None, whole_block=False):
         calls["n"] += 1
         if calls["n"] in (2, 12):  # round 1 (the first timed round) and round 11
             time.sleep(0.25)
-        return oracle(self, width)
+        return oracle(self, width, whole_block)
 
     monkeypatch.setattr(DFlashProposer, "propose", slow_twice)
     out = target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=new,
@@ -437,3 +437,163 @@ def test_an_explicit_num_draft_tokens_keeps_the_classic_width():
     with pytest.raises(ValueError, match="draft_confidence_threshold is a width heuristic"):
         target.generate(prompt, assistant_model=small, speculative_mode="classic", adaptive_width=True,
                         draft_confidence_threshold=0.4, max_new_tokens=4)
+
+
+@pytest.mark.parametrize("shape", ["chain", "tree"])
+def test_eagle3_default_call_is_exact_under_any_widths_and_drafts_from_the_whole_context(random_widths, shape):
+    """speculative_mode='eagle3' with no width adapts it: a chain round of w rows drafts w - 1 tokens, a tree round
+    verifies a tree of w nodes, a plain step drafts nothing and its target features join the drafter's context.
+    Under any sequence of widths the tokens are stock greedy's (batches too), and every chain or tree drafted after
+    plain steps equals the one drafted from scratch over the whole committed sequence (a context that missed a plain
+    step's features, or kept an unaccepted draft's, would draft otherwise)."""
+    from hf_specgen.drafters.eagle3 import Eagle3ChainProposer, Eagle3TreeProposer
+    from test_eagle3 import _reference_chain, _reference_tree, make_eagle3
+
+    target = make_target("llama", seed=4)
+    drafter = make_eagle3(target, draft_vocab=128)
+    if shape == "tree":
+        with torch.no_grad():
+            drafter.lm_head.weight.mul_(30)  # peaked: deep nodes outscore shallow ones (see test_eagle3)
+    proposer = Eagle3TreeProposer if shape == "tree" else Eagle3ChainProposer
+    tree = dict(eagle_top_k=3, eagle_depth=4) if shape == "tree" else dict(eagle_top_k=1)
+    seen = []
+    original = proposer.propose
+
+    def recording(self, width=None, whole_block=False):
+        drafts = original(self, width, whole_block)
+        if self.session.batch_size == 1:
+            seen.append((self.session.committed().clone(), width, drafts))
+        return drafts
+
+    rng = random.Random(6)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(proposer, "propose", recording)
+        for lengths, new in (([19], 40), ([7, 15, 2], 30)):
+            ids, mask = padded_batch(rng, lengths)
+            ref = target.generate(ids, attention_mask=mask, max_new_tokens=new, do_sample=False, eos_token_id=None)
+            out = target.generate(ids, attention_mask=mask, assistant_model=drafter, speculative_mode="eagle3",
+                                  max_new_tokens=new, do_sample=False, eos_token_id=None, return_dict_in_generate=True,
+                                  **tree)
+            assert out.sequences.tolist() == ref.tolist()
+            widths = out.speculative_stats.round_widths
+            assert 1 in widths and len(set(widths)) >= 3
+    assert len(seen) > 5 and len({drafts.shape[-1] if shape == "chain" else len(drafts) for *_, drafts in seen}) >= 2
+    for committed, width, drafts in seen:
+        if shape == "chain":
+            assert drafts[0, 1:].tolist() == _reference_chain(target, drafter, committed, drafts.shape[1] - 1)
+        else:
+            assert (drafts.tokens[0].tolist(), drafts.parents[0].tolist()) == _reference_tree(
+                target, drafter, committed, 3, 4, len(drafts))
+
+
+def test_tree_budgets_follow_what_each_budget_would_have_kept():
+    """A tree's expected accepted drafts at n nodes: what the verified trees' best n - 1 candidates kept (one verify
+    tells every smaller budget). Trees that keep more the wider they are get wide budgets, one wide round every few
+    brings evidence for the budgets between, drafts never accepted bring plain steps, and drafts accepted again
+    bring trees back."""
+    from hf_specgen.engine.width_policy import EXPLORE_EVERY, TreeAcceptanceEstimate
+
+    widths = (1, 2, 4, 8, 16)
+    kept = {2: 0.9, 4: 1.6, 8: 2.9, 16: 3.4}  # what each budget keeps of this drafter's trees
+    estimate = TreeAcceptanceEstimate(widths, depth=6)
+    assert estimate.expected_tokens(2) == pytest.approx(1.5)  # the prior, before any round
+    assert estimate.expected_tokens(4) == pytest.approx(2.0)  # (each doubling adds what the last one did)
+    for _ in range(100):
+        estimate.observe(16, [3, 4], {n: [kept[n]] * 2 for n in kept if n <= 16})
+    assert estimate.expected_tokens(8) == pytest.approx(1 + 2.9, rel=0.02)
+    assert estimate.carried().expected_tokens(8) == pytest.approx(estimate.expected_tokens(8), rel=0.02)
+
+    # verify costs that grow with the width and cheap drafting: budget 8 pays best, 16 now and then (exploring)
+    costs = CostTable({1: 1.0, 2: 1.02, 4: 1.05, 8: 1.15, 16: 1.6}, draft=0.2)
+    policy = WidthPolicy(widths, costs, estimate, draft_share=lambda w: min(w - 1, 6) / 6)
+    chosen = []
+    for _ in range(4 * EXPLORE_EVERY):
+        chosen.append(policy.choose())
+        policy.observe(chosen[-1], [2, 3], within={n: [kept[n]] * 2 for n in kept if n <= chosen[-1]})
+    assert chosen.count(8) >= 0.6 * len(chosen) and 16 in chosen and 1 not in chosen
+    # then no draft is ever accepted: plain steps, probes further and further apart
+    chosen = []
+    for _ in range(150):
+        chosen.append(policy.choose())
+        policy.observe(chosen[-1], [0, 0], within={n: [0, 0] for n in kept if n <= chosen[-1]})
+    assert chosen[40:].count(1) >= 0.9 * len(chosen[40:])  # (the block's per-slot estimate takes as long)
+    probes = [i for i, w in enumerate(chosen) if w > 1 and i >= 40]
+    assert len(probes) >= 2 and all(b - a > 8 for a, b in zip(probes, probes[1:]))
+    # drafts accepted again: the next probe keeps its drafts and trees come back, widening
+    after = []
+    for _ in range(80):
+        after.append(policy.choose())
+        width = after[-1]
+        full = {n: [estimate.draft_slots(n)] * 2 for n in kept if n <= width}
+        policy.observe(width, [estimate.draft_slots(width)] * 2, within=full)
+    first = next(i for i, w in enumerate(after) if w > 1)
+    assert first <= 64 and after[first + 1:].count(1) <= 0.1 * len(after[first + 1:]) and max(after) >= 8
+
+
+def test_eagle3_default_call_drafts_an_adaptive_chain_on_a_cpu_and_a_tree_on_a_gpu():
+    """The default call's shape follows the device (a CPU verify costs about in proportion to its rows); any shape
+    or width the call names is kept."""
+    from hf_specgen.config import SpeculativeConfig
+    from hf_specgen.drafters.eagle3 import Eagle3ChainProposer, Eagle3TreeProposer
+    from hf_specgen.mixin import _eagle3_proposer
+    from test_eagle3 import make_eagle3
+
+    default = SpeculativeConfig(mode="eagle3")
+    assert default.eagle_shape("cpu") == 1 and default.eagle_shape("cuda") == 10 and default.adapts_width
+    assert SpeculativeConfig(mode="eagle3", eagle_total_tokens=16).eagle_shape("cpu") == 10  # a tree was asked for
+    assert not SpeculativeConfig(mode="eagle3", eagle_total_tokens=16).adapts_width
+    assert SpeculativeConfig(mode="eagle3", num_draft_tokens=4).eagle_shape("cuda") == 1
+    assert not SpeculativeConfig(mode="eagle3", num_draft_tokens=4).adapts_width
+    assert SpeculativeConfig(mode="eagle3", eagle_top_k=4).adapts_width  # a tree, its budget adaptive
+    assert SpeculativeConfig(mode="whiflash").eagle_shape("cpu") == 1  # its router was trained with chain proxies
+    assert SpeculativeConfig(mode="whiflash").adapts_width and not SpeculativeConfig(mode="whiflash",
+                                                                                     block_size=8).adapts_width
+    target = make_target("llama", seed=4)
+    drafter = make_eagle3(target)
+    assert type(_eagle3_proposer(drafter, target, default, False)) is Eagle3ChainProposer
+    assert type(_eagle3_proposer(drafter, target, SpeculativeConfig(mode="eagle3", eagle_top_k=3, eagle_depth=3),
+                                 False)) is Eagle3TreeProposer
+    prompt = random_prompt(random.Random(3), 11)
+    ref = target.generate(prompt, max_new_tokens=20, do_sample=False, eos_token_id=None)
+    out = target.generate(prompt, assistant_model=drafter, speculative_mode="eagle3", max_new_tokens=20,
+                          do_sample=False, eos_token_id=None, return_dict_in_generate=True)
+    assert out.sequences.tolist() == ref.tolist() and out.speculative_stats.round_widths
+
+
+def test_whiflash_default_call_is_exact_under_any_widths_and_plain_steps_reach_both_drafters(random_widths):
+    """speculative_mode='whiflash' with no width takes the policy: a plain step drafts nothing and its committed row
+    joins both drafters' backlogs (caught up like any round a drafter sat out); a drafting round verifies the
+    router's drafter's block or a prefix of it. With a random router and random widths the tokens are stock
+    greedy's (batches too), and every EAGLE-3 chain drafted after plain steps and switches equals the one drafted
+    from scratch over the whole committed sequence."""
+    from hf_specgen.drafters.eagle3 import Eagle3ChainProposer
+    from test_eagle3 import _reference_chain, make_eagle3
+
+    target = make_target("llama", seed=4)
+    eagle = make_eagle3(target, draft_vocab=128)
+    bundle = hf_specgen.WhiFlash(ar=eagle, parallel=make_dflash(target, block_size=8), router="random")
+    seen = []
+    original = Eagle3ChainProposer.propose
+
+    def recording(self, width=None, whole_block=False):
+        drafts = original(self, width, whole_block)
+        if self.session.batch_size == 1:
+            seen.append((self.session.committed().clone(), drafts))
+        return drafts
+
+    rng = random.Random(8)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Eagle3ChainProposer, "propose", recording)
+        for lengths, new in (([17], 40), ([6, 13, 2], 30)):
+            ids, mask = padded_batch(rng, lengths)
+            ref = target.generate(ids, attention_mask=mask, max_new_tokens=new, do_sample=False, eos_token_id=None)
+            out = target.generate(ids, attention_mask=mask, assistant_model=bundle, speculative_mode="whiflash",
+                                  max_new_tokens=new, do_sample=False, eos_token_id=None,
+                                  return_dict_in_generate=True)
+            assert out.sequences.tolist() == ref.tolist()
+            stats = out.speculative_stats
+            assert set(stats.drafter_per_round) == {"eagle3", "dflash", "plain"}
+            assert [w == 1 for w in stats.round_widths] == [d == "plain" for d in stats.drafter_per_round]
+    assert len(seen) > 3
+    for committed, drafts in seen:
+        assert drafts[0, 1:].tolist() == _reference_chain(target, eagle, committed, drafts.shape[1] - 1)

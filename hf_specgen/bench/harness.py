@@ -122,10 +122,11 @@ def run_method(target, prompts, gen_kwargs: dict, repeats: int, name: str, progr
             split["other"] += stats.other_time
             for key in ("rescued_tokens", "initial_mismatches", "draft_forwards", "switches"):
                 result.counters[key] = result.counters.get(key, 0) + getattr(stats, key)
-            names = stats.drafter_per_round
-            for i, name in enumerate(names):
-                result.rounds.append((name, i > 0 and names[i - 1] != name, stats.round_draft_seconds[i],
-                                      stats.round_seconds[i]))
+            last = None  # the last drafting round's drafter (plain steps draft nothing, switch nothing)
+            for i, name in enumerate(stats.drafter_per_round):
+                result.rounds.append((name, name != "plain" and last is not None and last != name,
+                                      stats.round_draft_seconds[i], stats.round_seconds[i]))
+                last = name if name != "plain" else last
         if progress is not None:
             progress.update(1)
     if result.acceptance:

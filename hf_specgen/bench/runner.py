@@ -234,6 +234,8 @@ def build_methods(models: BenchModels, args, longest_prompt: int = 0) -> list[tu
         # transformers' own DFlash path running our drafter (its class answers that path's call signature too)
         methods.append(("hf dflash", {**stock, "assistant_model": models.dflash, "speculation_type": "dflash"}))
     if models.eagle3 is not None and "eagle3" in wanted:
+        # the default call (each round's tree budget, or a plain step, chosen by the width policy), then the fixed tree
+        methods.append(("eagle3", {**base, "assistant_model": models.eagle3, "speculative_mode": "eagle3"}))
         methods.append((f"eagle3 tree {'/'.join(map(str, args.eagle_tree))}",
                         {**base, "assistant_model": models.eagle3, "speculative_mode": "eagle3",
                          **eagle_tree_kwargs(args)}))
@@ -247,6 +249,12 @@ def build_methods(models: BenchModels, args, longest_prompt: int = 0) -> list[tu
             variant = copy.copy(bundle)  # shares the drafters; only the routing settings differ
             variant.router, variant.lazy = router, lazy
             methods.append((f"whiflash {label}", {**whi, "assistant_model": variant}))
+        # the default call: plain steps or the router's drafter, each round chosen by the width policy (the router's
+        # EAGLE-3 side drafts a chain on a CPU, a tree on a GPU)
+        variant = copy.copy(bundle)
+        variant.router = "neural" if bundle.neural_router is not None else "entropy"
+        methods.append((f"whiflash {variant.router}, default call",
+                        {**base, "speculative_mode": "whiflash", "assistant_model": variant}))
     if models.draft_lm is not None and "fly" in wanted:
         methods.append(("fly (lossy)", {**base, "assistant_model": models.draft_lm, "speculative_mode": "fly"}))
     if models.dflash is not None and "fly-dflash" in wanted:
@@ -400,7 +408,7 @@ def row_quality(result: MethodResult, baseline: MethodResult, records: list[dict
 
 def single_drafter_runs(results: list[MethodResult], block_size: int):
     """(EAGLE-3 run, DFlash run at the block size WhiFlash uses), or None where a run is missing."""
-    eagle = next((r for r in results if r.name.startswith("eagle3")), None)
+    eagle = next((r for r in results if r.name.startswith("eagle3 tree")), None)  # the tree WhiFlash drafts
     dflash = next((r for r in results if r.name == f"dflash b{block_size}"), None)
     return eagle, dflash
 

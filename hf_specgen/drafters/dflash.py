@@ -68,6 +68,7 @@ def check_dflash_fits_target(drafter: DFlashDraftModel, target, block_size: int)
 class DFlashProposer:
     takes_any_context_rows = True  # its mask hides the uncommitted rows, however many come
     drafts_any_width = True  # propose(width): the lm_head runs over the verified prefix only
+    drafts_head_by_width = True  # so a narrower round drafts for less (the width policy times that lm_head once)
 
     def __init__(self, drafter: DFlashDraftModel, target, block_size: int | None, compile_steps: bool):
         self.draft_width = block_size or drafter.block_size  # W: rows of the drafted block
@@ -124,10 +125,11 @@ class DFlashProposer:
         self.forward_calls += 1
         return out
 
-    def propose(self, width: int | None = None) -> torch.Tensor:
+    def propose(self, width: int | None = None, whole_block: bool = False) -> torch.Tensor:
         """[B, w] blocks to verify: each row's last committed token, then w-1 drafted tokens (w = ``width``, at
-        most W; None: W). Compiled steps always draft W (one graph), and the caller keeps the first w."""
-        rows = None if width is None or self._step.compiled else width
+        most W; None: W). Compiled steps always draft W (one graph), and the caller keeps the first w; so does
+        ``whole_block`` (the width policy timing the whole block's drafting)."""
+        rows = None if width is None or whole_block or self._step.compiled else width
         drafted = self._run_drafter(self._step, rows)
         return torch.cat([self.block_ids[:, :1], drafted], dim=1)
 
@@ -167,7 +169,7 @@ class DFlashTreeProposer(DFlashProposer):
     """
 
     drafts_trees = True  # a target with recurrent layers refuses trees (one state per branch)
-    drafts_any_width = False  # a tree is verified whole
+    drafts_any_width = drafts_head_by_width = False  # a tree is verified whole
 
     def __init__(self, drafter: DFlashDraftModel, target, block_size: int | None, compile_steps: bool,
                  tree_nodes: int, top_k: int | None):

@@ -113,8 +113,9 @@ class DraftModelProposer:
         if self.ngram:
             self._first_real_slots = session.left_padding.tolist()
 
-    def propose(self, width: int | None = None) -> torch.Tensor:
-        """[B, w]: each row's last committed token, then w - 1 greedy draft tokens (``width`` None: K + 1)."""
+    def propose(self, width: int | None = None, whole_block: bool = False) -> torch.Tensor:
+        """[B, w]: each row's last committed token, then w - 1 greedy draft tokens (``width`` None or
+        ``whole_block``: K + 1, the width policy timing the whole block's drafting; the caller keeps the first w)."""
         if self.ngram:
             return self._propose_with_ngrams()
         session, starts = self.session, self.session.last_slots  # [B], each >= 1 (the prefill committed a token)
@@ -126,7 +127,7 @@ class DraftModelProposer:
                           session.causal_mask(behind, self.plain_steps))
             self.forward_calls += 1
             self.plain_steps = 0
-        n_drafts = self.num_draft_tokens if width is None else min(width - 1, self.num_draft_tokens)
+        n_drafts = self.num_draft_tokens if width is None or whole_block else min(width - 1, self.num_draft_tokens)
         set_cache_length(self.cache, firsts)
         token, confidence = self._step(session.token_block(firsts, 2), session.position_block(firsts, 2),
                                        session.causal_mask(firsts, 2))

@@ -44,6 +44,9 @@ def check_eagle3_fits_target(drafter: Eagle3DraftModel, target, layer_ids: list[
 class Eagle3ChainProposer:
     """K draft tokens per round, one drafter step each (a tree with top_k = 1)."""
 
+    drafts_any_width = True  # propose(width): w - 1 drafts (the width policy)
+    drafts_token_by_token = True  # one drafter forward per draft: a round of w rows costs (w - 1) / K of K drafts
+
     def __init__(self, drafter: Eagle3DraftModel, target, num_draft_tokens: int, compile_steps: bool):
         layers = target.config.get_text_config(decoder=True).num_hidden_layers
         self.tapped_layer_ids = drafter.target_layer_ids or default_eagle3_layer_ids(layers)
@@ -58,6 +61,7 @@ class Eagle3ChainProposer:
         self._context_step = StepRunner(self._step, compile_steps, device)
         self._chain_step = StepRunner(self._step, compile_steps, device)
         self._caches = CachePool(keep=compile_steps)
+        self.verify_widths = {self.block_size}  # the adaptive loop widens this to its width buckets
 
     def _step(self, token_ids, features, positions, mask):
         # token_ids [B, T]; features [B, T, n*H] or [B, T, H]; positions [B, T]; mask [B, 1, T, K]
@@ -70,6 +74,7 @@ class Eagle3ChainProposer:
         self.cache = self._caches.get(session.capacity, 1, session.batch_size, session.device)
         session.attach(self.cache)
         self.pending = prompt_features  # [B, P, n*H]: features of slots 0..P-1
+        self.pending_counts = None  # [B] committed pending rows when they came from a drafted verify (ragged)
         self.context_start = torch.zeros_like(session.lengths)  # [B] feature slot of the first pending row
         self.forward_calls = 0
         self.drafts = torch.zeros((session.batch_size, self.block_size), dtype=torch.long, device=session.device)
@@ -78,16 +83,16 @@ class Eagle3ChainProposer:
         """Bring each row's cache up to slot start-1 from the pending feature rows; returns (prediction after the
         bonus [B], the drafter's output at slot start-1 [B, 1, H]).
 
-        Rows of feature slot t pair with the committed token at t+1. The fixed ``context_rows`` block of the last
-        verify (its first rows committed; a tree's come along the accepted path) runs as one step; any other count
-        (the prompt, the last row of a catch-up) gets KV-only prefill for its rows but the last, and the full layer
-        for each row's last committed one.
+        Rows of feature slot t pair with the committed token at t+1. The rows of the last verify (its first rows
+        committed; a tree's come along the accepted path), a width the verify has, run as one step; any other count
+        (the prompt, the rows of plain steps, the last row of a catch-up) gets KV-only prefill for its rows but the
+        last, and the full layer for each row's last committed one.
         """
         session, first, rows = self.session, self.context_start, self.pending.shape[1]
         set_cache_length(self.cache, first)
         token_ids = session.token_block(first + 1, rows)  # [B, rows]
         last = (starts - 1 - first).clamp(0, rows - 1)[:, None]  # [B, 1] each row's last committed pending row
-        if rows == self.context_rows:
+        if rows in self._context_widths():
             predicted, hidden = self._context_step(token_ids, self.pending, session.position_block(first, rows),
                                                    session.causal_mask(first, rows))  # [B, W], [B, W, H]
             predicted = predicted.gather(1, last)[:, 0]  # a finished row's is never read
@@ -118,25 +123,42 @@ class Eagle3ChainProposer:
         self.pending = features.gather(1, last[:, None, None].expand(-1, 1, features.shape[-1]))  # [B, 1, n*H]
         self.context_start = first + last
 
-    def propose(self) -> torch.Tensor:
-        """[B, W]: each row's last committed token, then K draft tokens."""
+    def _context_widths(self) -> set[int]:
+        """Pending row counts that run as one (compiled) step: the widths a verify of this proposer has."""
+        return self.verify_widths
+
+    def propose(self, width: int | None = None, whole_block: bool = False) -> torch.Tensor:
+        """[B, w]: each row's last committed token, then w - 1 draft tokens (``width`` None or ``whole_block``:
+        K + 1, the width policy timing the whole block's drafting; the caller keeps the first w)."""
         session, starts = self.session, self.session.last_slots
+        n_drafts = self.num_draft_tokens if width is None or whole_block else min(width - 1, self.num_draft_tokens)
         predicted, hidden = self._context(starts)
         self.drafts[:, 0] = session.token_block(starts, 1)[:, 0]
         self.drafts[:, 1] = predicted
-        for j in range(1, self.num_draft_tokens):
+        for j in range(1, n_drafts):
             slots = starts + j - 1
             predicted, hidden = self._chain_step(self.drafts[:, j: j + 1], hidden, session.position_block(slots, 1),
                                                  session.causal_mask(slots, 1))
             self.drafts[:, j + 1] = predicted[:, 0]
             hidden = hidden.clone()  # a CUDA-graph replay would overwrite it before the next step reads it
-        self.forward_calls += self.num_draft_tokens
+        self.forward_calls += n_drafts
         set_cache_length(self.cache, starts)  # keep rows built from real target features only
         self.context_start = starts.clone()
-        return self.drafts.clone()
+        return self.drafts[:, : n_drafts + 1].clone()
 
     def commit(self, verify_features: torch.Tensor, n_committed: torch.Tensor) -> None:
         self.pending = verify_features  # [B, W, n*H]: slots start..start+W-1; the first n_committed are valid
+        self.pending_counts = n_committed
+
+    def commit_plain(self, verify_features: torch.Tensor, n_committed: torch.Tensor) -> None:
+        """A plain step (width policy: no draft this round) committed the token after the verified one;
+        verify_features [B, 1, n*H] are the target's taps at that verified slot. They join the pending rows, which
+        stay one run of committed rows: the rows of an earlier drafted verify, of which only some were committed, go
+        into the drafter cache first (``absorb`` keeps each row's last committed one pending)."""
+        if self.pending_counts is not None:
+            self.absorb(self.pending, self.pending_counts)
+            self.pending_counts = None
+        self.pending = torch.cat([self.pending, verify_features], dim=1)  # [B, C+1, n*H]
 
 
 class Eagle3TreeProposer(Eagle3ChainProposer):
@@ -149,6 +171,9 @@ class Eagle3TreeProposer(Eagle3ChainProposer):
     """
 
     drafts_trees = True  # a target with recurrent layers refuses trees (one state per branch)
+    # propose(width): the width policy's node budget for the round, drafted with min(depth, width - 1) levels (the
+    # deepest node a tree of that many nodes can hold): a round's drafting costs its levels' share of the whole
+    drafts_token_by_token = False
 
     def __init__(self, drafter: Eagle3DraftModel, target, top_k: int, depth: int, total_tokens: int,
                  compile_steps: bool):
@@ -162,6 +187,10 @@ class Eagle3TreeProposer(Eagle3ChainProposer):
         self.cache_margin = top_k * depth  # drafter tree rows live past the verified slots
         device = next(drafter.parameters()).device
         self._level = StepRunner(self._level_step, compile_steps, device)
+        self.verify_widths = {total_tokens}
+
+    def _context_widths(self) -> set[int]:
+        return {self.context_rows}  # the verify hands back its accepted path: depth + 1 rows at any budget
 
     def _level_step(self, token_ids, features, positions, mask, frontier_scores):
         """One level for every batch row: run the k frontier nodes, score their top-k children, pick the next
@@ -179,15 +208,25 @@ class Eagle3TreeProposer(Eagle3ChainProposer):
         next_hidden = hidden.gather(1, parent_rows[:, :, None].expand(-1, -1, hidden.shape[-1]))  # [B, k, H]
         return self.drafter.to_target_ids(child_ids).flatten(1), totals, best, next_hidden
 
-    def propose(self) -> TreeProposal:
+    def levels(self, width: int) -> int:
+        """Drafter levels a tree of ``width`` nodes needs: its best width - 1 candidates are the same in a table of
+        that many levels as in the whole one (a candidate scores no higher than its parent, so a chosen node's
+        ancestors are all chosen: it lies at most width - 1 deep; each level's frontier does not depend on the
+        levels after it)."""
+        return min(self.depth, width - 1)
+
+    def propose(self, width: int | None = None, whole_block: bool = False) -> TreeProposal:
+        """Each row's tree of ``width`` nodes (None: total_tokens), the root included; ``whole_block``: drafted with
+        every level (the width policy timing the whole tree's drafting)."""
         session, k, batch = self.session, self.top_k, self.session.batch_size
+        levels = self.depth if width is None or whole_block else self.levels(width)
         starts = session.last_slots  # [B]
         _, hidden = self._context(starts)  # [B, 1, H]: the drafter's output at slot start-1
         logprobs = torch.log_softmax(self.drafter.draft_logits(hidden[:, 0]).float(), dim=-1)  # [B, draft_vocab]
         first_scores, first_ids = logprobs.topk(k, dim=-1)  # [B, k]
         # The candidate table (see the class docstring): score, target token and parent entry (-1 = the root).
         entries = k + (self.depth - 1) * k * k
-        scores = logprobs.new_empty((batch, entries))
+        scores = logprobs.new_full((batch, entries), float("-inf"))  # levels not drafted stay out of the tree
         tokens = torch.empty((batch, entries), dtype=torch.long, device=session.device)
         parents = torch.full((batch, entries), -1, dtype=torch.long, device=session.device)
         scores[:, :k], tokens[:, :k] = first_scores, self.drafter.to_target_ids(first_ids)
@@ -199,7 +238,7 @@ class Eagle3TreeProposer(Eagle3ChainProposer):
         sees = torch.zeros((batch, k, tree_rows), dtype=torch.bool, device=session.device)  # [B, k, R]
         rows = torch.arange(k, device=session.device)
         root_positions = session.position_block(starts, 1)  # [B, 1]
-        for level in range(1, self.depth):
+        for level in range(1, levels):
             sees[:, rows, (level - 1) * k + rows] = True
             mask = session.mask_from(session.context_and_region(starts, sees))  # [B, 1, k, K]
             child_tokens, totals, best, frontier_hidden = self._level(
@@ -212,8 +251,10 @@ class Eagle3TreeProposer(Eagle3ChainProposer):
             frontier_hidden = frontier_hidden.clone()  # a CUDA-graph replay would overwrite it
             sees = sees.gather(1, (best // k)[:, :, None].expand(-1, -1, tree_rows))  # inherit the parent's view
             frontier, frontier_scores = first + best, totals.gather(1, best)
-        self.forward_calls += self.depth
+        self.forward_calls += levels
         set_cache_length(self.cache, starts)
         self.context_start = starts.clone()
-        # The root + the best total_tokens-1 candidates (see best_nodes_tree: parents come with their children).
-        return best_nodes_tree(scores, tokens, parents, session.token_block(starts, 1), self.total_tokens, self.depth)
+        # The root + the best budget-1 candidates (see best_nodes_tree: parents come with their children).
+        return best_nodes_tree(scores, tokens, parents, session.token_block(starts, 1), width or self.total_tokens,
+                               self.depth)
+

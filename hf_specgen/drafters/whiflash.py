@@ -27,6 +27,7 @@ from .dflash import DFlashProposer
 from .eagle3 import Eagle3ChainProposer
 
 AR, PARALLEL = "eagle3", "dflash"
+PLAIN = "plain"  # a round of the width policy's plain steps, in ``drafter_per_round``
 
 
 def full_entropy(logits: torch.Tensor) -> float:
@@ -146,6 +147,16 @@ class WhiFlashProposer:
             for name in self.proposers:
                 if name != self.active:
                     self._catch_up(name)
+
+    def commit_plain(self, verify_features: torch.Tensor, n_committed: torch.Tensor) -> None:
+        """A plain step (the width policy: no draft this round): neither drafter drafted, so the step's committed row
+        joins both backlogs, caught up as any round they sat out."""
+        self.drafter_per_round.append(PLAIN)
+        for name in self.proposers:
+            self.unseen[name].append((verify_features[..., self._columns[name]], n_committed))
+        if not self.settings.lazy:
+            for name in self.proposers:
+                self._catch_up(name)
 
     def _catch_up(self, name: str) -> torch.Tensor:
         """Hand drafter ``name`` every row it has not seen, in one forward; returns how many each batch row had [B]."""

@@ -33,9 +33,10 @@ from .stats import RoundClock, SpeculativeStats
 from .support import (attention_layout, cache_keyword, check_target, layer_masks, model_type, padded_prefill_reason,
                       rollback_layer_indices, rollback_mode_reason)
 from .taps import decoder_layers, tapped
-from .tree import TreeProposal, accept_greedy, accept_sampling, compact_path
+from .tree import TreeProposal, accept_greedy, accept_sampling, accepted_within_budgets, compact_path
 from .verify import accept_block, process_block_logits, target_choices
-from .width_policy import WidthPolicy, call_acceptance, cost_key, costs_of, measure_verify_costs, width_buckets
+from .width_policy import (AcceptanceEstimate, TreeAcceptanceEstimate, WidthPolicy, call_acceptance, cost_key, costs_of,
+                           measure_verify_costs, width_buckets)
 
 
 @dataclass
@@ -60,6 +61,7 @@ class RoundResult:
     features: torch.Tensor | None
     mismatches: torch.Tensor | None = None
     rescued: torch.Tensor | None = None
+    within_budgets: torch.Tensor | None = None  # [B, n] a tree's drafts kept within each smaller budget (policy)
 
 
 def _stop_token_ids(generation_config) -> list[int]:
@@ -167,6 +169,7 @@ class SpeculativeDecoder:
         # Linear-attention / conv layers (Qwen3.5, Qwen3-Next, LFM2, ...): snapshotted before each verify and re-fed
         # the committed tokens after it (_roll_back_states); empty for attention-only targets
         self._state_layers = rollback_layer_indices(target)
+        self._tree_budgets: list[int] = []  # the width policy's tree budgets (set per call; empty: no tree policy)
         # A compiled decoder serves every later call on its target (graphs and caches reused): calls take turns.
         self._lock = threading.Lock()
 
@@ -210,8 +213,11 @@ class SpeculativeDecoder:
         def along_path(x):  # [B, N, ...] -> [B, D+1, ...]
             return x.gather(1, path.view(*path.shape, *[1] * (x.dim() - 2)).expand(-1, -1, *x.shape[2:]))
 
+        within = None
+        if self._tree_budgets and tree.ranks is not None:  # the width policy's evidence for every budget up to this one
+            within = accepted_within_budgets(tree, path, n_accepted, [n for n in self._tree_budgets if n <= len(tree)])
         return RoundResult(n_accepted, new_tokens, along_path(scores), along_path(logits),
-                           along_path(features) if features is not None else None)
+                           along_path(features) if features is not None else None, within_budgets=within)
 
     @staticmethod
     def _sample_tree_paths(tree: TreeProposal, scores: torch.Tensor):
@@ -276,14 +282,16 @@ class SpeculativeDecoder:
         active = torch.ones(batch, dtype=torch.bool, device=input_ids.device)
         active_rows = list(range(batch))
 
-        def commit(result: RoundResult, counts: torch.Tensor) -> tuple[list[list[int]], list[int]]:
+        def commit(result: RoundResult, counts: torch.Tensor):
             """Append each active row's kept tokens, judge stopping, and read the round's numbers to the host (the
-            round's one transfer): returns them ([kept, done, n_accepted, (FLy: mismatches, rescued)], each per row)
-            and the rows still active."""
+            round's one transfer): returns them ([kept, done, n_accepted, (FLy: mismatches, rescued), (a tree's
+            accepted drafts within each budget)], each per row) and the rows still active."""
+            per_row = result.within_budgets
             kept, done = stop.judge(session, result.new_tokens, counts, active)
             first_new = list(session.host_lengths)
             extras = [result.n_accepted, result.mismatches, result.rescued]
-            numbers = torch.stack([kept, done.long(), *[x for x in extras if x is not None]]).tolist()
+            numbers = torch.cat([torch.stack([kept, done.long(), *[x for x in extras if x is not None]]),
+                                 *([per_row.T] if per_row is not None else [])]).tolist()
             kept_host, done_host = numbers[0], numbers[1]
             session.append(result.new_tokens, kept, host_counts=kept_host)
             stop.warn_past_positions(max(first_new), max(session.host_lengths))
@@ -329,6 +337,7 @@ class SpeculativeDecoder:
                     if observe is not None:
                         observe(out.logits[:, -1], prompt_features[:, -1], active_rows)
                 policy = self._width_policy(session, show) if self.adaptive and active_rows else None
+                takes_width = getattr(self.proposer, "drafts_any_width", False)
                 t1 = clock.mark()
 
                 # ---------------- decode rounds
@@ -337,6 +346,7 @@ class SpeculativeDecoder:
                     r0 = clock.mark()
                     round_started = time.perf_counter()  # after the last round's host sync: its whole clock
                     round_width = policy.choose() if policy is not None else None
+                    timing = False  # this round drafts the whole block, for the policy to time
                     show(round_width or width)
                     if round_width == 1:  # a plain step: verify the last committed token alone, draft nothing
                         draft = session.token_block(session.last_slots, 1)
@@ -344,13 +354,13 @@ class SpeculativeDecoder:
                         timing = policy is not None and policy.needs_draft_timing and len(rounds) >= 1
                         if timing:
                             draft_started = self._synced_time()
-                        # [B, W] (or [W] at batch 1), or a TreeProposal; a proposer that drafts a prefix cheaper
-                        # than its whole block is told the round's width (not while the policy times drafting)
-                        draft = (self.proposer.propose(round_width) if round_width is not None and not timing
-                                 and getattr(self.proposer, "drafts_any_width", False) else self.proposer.propose())
+                        # [B, W] (or [W] at batch 1), or a TreeProposal; a proposer that drafts any width is told
+                        # the round's (drafting as for the whole block while the policy times that)
+                        draft = (self.proposer.propose(round_width, whole_block=timing)
+                                 if round_width is not None and takes_width else self.proposer.propose())
                         if timing:
                             policy.timed_draft(self._synced_time() - draft_started)
-                        if round_width is not None:
+                        if round_width is not None and not isinstance(draft, TreeProposal):
                             draft = (draft if draft.dim() == 2 else draft[None])[:, :round_width]
                     r1 = clock.mark()
                     # a plain step commits its one row: nothing to roll back
@@ -383,8 +393,21 @@ class SpeculativeDecoder:
                     if policy is not None:
                         # a round in which a row stopped (EOS, max_new_tokens) may have committed fewer tokens than
                         # it accepted: no measure of what its width delivers
-                        seconds = time.perf_counter() - round_started if len(still_active) == len(active_rows) else None
-                        policy.observe(round_width, [numbers[2][b] for b in active_rows], seconds)
+                        # (nor a round that drafted the whole block for the policy's timing)
+                        seconds = time.perf_counter() - round_started if (
+                            len(still_active) == len(active_rows) and not timing) else None
+                        if timing:
+                            policy.whole_block_rounds.add(len(stats.round_widths))
+                        within = None  # a tree's {budget: each active row's drafts kept within it}
+                        if result.within_budgets is not None:
+                            budgets = [n for n in self._tree_budgets if n <= round_width]
+                            within = {n: [row[b] for b in active_rows]
+                                      for n, row in zip(budgets, numbers[-len(budgets):])}
+                        # a router's drafter may verify fewer rows than the round's width (an EAGLE-3 chain
+                        # beside a longer DFlash block): the acceptance counts the rows it verified
+                        verified = round_width if isinstance(draft, TreeProposal) else min(round_width,
+                                                                                            draft.shape[-1])
+                        policy.observe(round_width, [numbers[2][b] for b in active_rows], seconds, within, verified)
                         stats.round_widths.append(round_width)
                     if observe is not None and still_active:  # each row's newest committed token
                         rows, newest = torch.arange(batch, device=result.logits.device), result.n_accepted
@@ -461,11 +484,14 @@ class SpeculativeDecoder:
         """The call's policy: the target's cost table for this device / dtype / batch bucket (measured now, over this
         call's own cache, if the table lacks a width) and the acceptance carried over from earlier calls."""
         widths = width_buckets(self.width, self.compile_steps)
+        if not getattr(self.proposer, "drafts_any_width", False) and getattr(self.proposer, "drafts_trees", False):
+            widths = (1, self.width)  # a router's tree is verified whole: drafting or a plain step
         self.proposer.verify_widths = set(widths)  # the drafter keeps one graph per width its context can have
         token_by_token = getattr(self.proposer, "drafts_token_by_token", False)
+        # the DFlash block's drafting cost is kept under the bare key (as saved before other drafters adapted)
+        drafter_kind = "" if getattr(self.proposer, "drafts_head_by_width", False) else type(self.proposer).__name__
         table = costs_of(self.target).table(cost_key(session.device, session.mask_dtype, session.batch_size,
-                                                     self.compile_steps, type(self.proposer).__name__
-                                                     if token_by_token else ""))
+                                                     self.compile_steps, drafter_kind))
         missing = tuple(w for w in widths if w not in table.verify)
         if missing:
             starts = session.last_slots
@@ -482,14 +508,23 @@ class SpeculativeDecoder:
             table.verify.update(measure_verify_costs(run_verify, missing, session.device,
                                                      warmups=2 if self.compile_steps else 1))
             set_cache_length(self.cache, starts)
-        if (table.draft_head is None and getattr(self.proposer, "drafts_any_width", False) and not token_by_token
-                and not self.compile_steps):
+        if table.draft_head is None and getattr(self.proposer, "drafts_head_by_width", False) and not self.compile_steps:
             # the lm_head over the block's W - 1 drafted rows: what a narrower round's drafting skips
             head = self.proposer.lm_head
             rows = torch.zeros(session.batch_size, self.width - 1, head.weight.shape[1], dtype=head.weight.dtype,
                                device=head.weight.device)
             table.draft_head = measure_verify_costs(lambda w: head(rows), (self.width,), session.device)[self.width]
-        return WidthPolicy(widths, table, call_acceptance(self.target, self.drafter, self.width), token_by_token)
+        # a proposer whose trees' node budget the policy chooses (not a router's tree, verified whole)
+        depth = getattr(self.proposer, "depth", None) if getattr(self.proposer, "drafts_trees", False) else None
+        fresh = AcceptanceEstimate(self.width) if depth is None else TreeAcceptanceEstimate(widths, depth)
+        self._tree_budgets = [w for w in widths if w > 1] if depth is not None else []
+        if depth is not None:  # a tree of w nodes drafts min(depth, w - 1) levels
+            share = lambda w: self.proposer.levels(w) / depth  # noqa: E731
+        elif token_by_token:  # w - 1 draft forwards
+            share = lambda w: (w - 1) / max(self.width - 1, 1)  # noqa: E731
+        else:
+            share = None
+        return WidthPolicy(widths, table, call_acceptance(self.target, self.drafter, fresh), share)
 
     @staticmethod
     def _learn_costs(policy: WidthPolicy, stats: SpeculativeStats) -> None:
@@ -498,8 +533,10 @@ class SpeculativeDecoder:
         verify, draft = {}, {}
         for i, width in enumerate(stats.round_widths):
             verify.setdefault(width, []).append(stats.round_seconds[i] - stats.round_draft_seconds[i])
-            if width > 1 and i > 0:  # as the whole block's drafting (a narrow round skips lm_head rows)
-                draft.setdefault(width, []).append(policy.whole_block_draft(width, stats.round_draft_seconds[i]))
+            if width > 1 and i > 0:  # as the whole block's drafting (a narrow round drafts less of it)
+                seconds = stats.round_draft_seconds[i]
+                whole = seconds if i in policy.whole_block_rounds else policy.whole_block_draft(width, seconds)
+                draft.setdefault(width, []).append(whole)
         drafts = [t for times in draft.values() for t in times]
         for width, times in verify.items():
             policy.costs.learn_verify(width, statistics.median(times))

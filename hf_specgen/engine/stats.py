@@ -29,7 +29,7 @@ class SpeculativeStats:
     rescued_per_round: list[int] = field(default_factory=list)
     draft_forwards: int = 0
     rounds: int = 0
-    drafter_per_round: list[str] = field(default_factory=list)  # WhiFlash: which drafter proposed each round
+    drafter_per_round: list[str] = field(default_factory=list)  # WhiFlash: which drafter proposed each round ("plain")
     backlog_sizes: list[int] = field(default_factory=list)  # WhiFlash: rows prefilled at each lazy catch-up
     round_widths: list[int] = field(default_factory=list)  # adaptive width: rows verified each round (1 = plain step)
     round_draft_seconds: list[float] = field(default_factory=list)  # per round: drafting (catch-up included)
@@ -71,8 +71,10 @@ class SpeculativeStats:
 
     @property
     def switches(self) -> int:
-        """WhiFlash: rounds whose drafter differs from the previous round's."""
-        return sum(a != b for a, b in zip(self.drafter_per_round, self.drafter_per_round[1:]))
+        """WhiFlash: drafting rounds whose drafter differs from the previous drafting round's (plain steps between
+        them, "plain" in ``drafter_per_round``, are no drafter)."""
+        drafters = [name for name in self.drafter_per_round if name != "plain"]
+        return sum(a != b for a, b in zip(drafters, drafters[1:]))
 
     @property
     def rescued_tokens(self) -> int:

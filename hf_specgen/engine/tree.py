@@ -23,7 +23,7 @@ class TreeProposal:
     Derived on the device: ``ancestors`` [B, N, N] (j is an ancestor of i, or i itself) and ``depths`` [B, N].
     """
 
-    def __init__(self, tokens: torch.Tensor, parents, max_depth: int | None = None):
+    def __init__(self, tokens: torch.Tensor, parents, max_depth: int | None = None, ranks: torch.Tensor | None = None):
         if tokens.dim() == 1:
             tokens = tokens[None]
         if not isinstance(parents, torch.Tensor):  # given on the host (scripted trees): checked here
@@ -43,6 +43,9 @@ class TreeProposal:
         self.ancestors = reach
         self.depths = reach.sum(-1) - 1  # [B, N]
         self.max_depth = max_depth if max_depth is not None else int(self.depths.max())
+        # [B, N] or None: each node's rank among the drafter's candidates, best first (-1 at the root): the tree of
+        # the best n - 1 candidates holds exactly the nodes of rank < n - 1 (``best_nodes_tree``)
+        self.ranks = ranks
         self._host_parents = None
 
     def __len__(self) -> int:
@@ -70,14 +73,33 @@ def best_nodes_tree(scores: torch.Tensor, tokens: torch.Tensor, parents: torch.T
     the best total_nodes-1 entries by score, ties going to the earlier (hence shallower) entry, in table order.
     Scores are cumulative log-probabilities, so a child never outscores its parent and every chosen entry's parent is
     chosen too. scores / tokens / parents [B, M] (parents: the parent's entry, -1 under the root); roots [B, 1]."""
-    chosen = scores.sort(dim=1, descending=True, stable=True).indices[:, : total_nodes - 1]
-    chosen = chosen.sort(dim=1).values  # [B, N-1] table order
+    by_rank = scores.sort(dim=1, descending=True, stable=True).indices[:, : total_nodes - 1]  # [B, N-1] best first
+    rank_of_entry = torch.zeros_like(parents)
+    rank_of_entry.scatter_(1, by_rank, torch.arange(total_nodes - 1, device=by_rank.device).expand_as(by_rank))
+    chosen = by_rank.sort(dim=1).values  # [B, N-1] table order
     node_of_entry = torch.zeros_like(parents)  # entry -> its node index in the proposal (1..N-1)
     node_of_entry.scatter_(1, chosen, torch.arange(1, total_nodes, device=chosen.device).expand_as(chosen))
     chosen_parents = parents.gather(1, chosen)
     node_parents = torch.where(chosen_parents < 0, 0, node_of_entry.gather(1, chosen_parents.clamp(min=0)))
+    root_column = torch.full_like(roots, -1)
     return TreeProposal(torch.cat([roots, tokens.gather(1, chosen)], dim=1),
-                        torch.cat([torch.full_like(roots, -1), node_parents], dim=1), max_depth=max_depth)
+                        torch.cat([root_column, node_parents], dim=1), max_depth=max_depth,
+                        ranks=torch.cat([root_column, rank_of_entry.gather(1, chosen)], dim=1))
+
+
+def accepted_within_budgets(tree: TreeProposal, path: torch.Tensor, n_accepted: torch.Tensor,
+                            budgets: list[int]) -> torch.Tensor:
+    """How many drafts each row would have kept had its tree been only the best n - 1 candidates, for each budget n:
+    [B, len(budgets)] (exact for n up to the tree's size, from this one verify).
+
+    The smaller tree is part of this one, and every path it holds that agrees with the target is a prefix of the
+    one accepted path here (siblings carry distinct tokens); a candidate scores no higher than its parent, so ranks
+    grow along the path, and the smaller tree keeps the path's nodes up to the first of rank >= n - 1.
+    path [B, D+1] (``accept_greedy``); n_accepted [B]."""
+    path_ranks = tree.ranks.gather(1, path[:, 1:])  # [B, D] ranks of the path's drafts
+    on_path = torch.arange(path_ranks.shape[1], device=path.device) < n_accepted[:, None]  # [B, D]
+    limits = torch.tensor([n - 1 for n in budgets], device=path.device)  # [n]
+    return ((path_ranks[:, :, None] < limits) & on_path[:, :, None]).sum(dim=1)  # [B, n]
 
 
 def accept_greedy(tree: TreeProposal, choices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -36,6 +36,10 @@ without such rounds cost the model's figure times the median ratio clock / model
 that drafts from its first round, while drafting rates less than 1.5 plain steps, runs a plain round after every 8
 drafting ones until 3 plain rounds give plain steps a clock of their own. Any sequence of widths is lossless: the
 verify of a prefix of the block accepts exactly what the full verify would have, up to that prefix.
+
+Draft trees (EAGLE-3) choose a node budget instead: the tree of the drafter's best n - 1 candidates, whose
+expected accepted drafts ``TreeAcceptanceEstimate`` keeps per budget from what each verify says about every smaller
+budget; every EXPLORE_EVERY-th drafting round verifies a wider tree for evidence about the budgets in between.
 """
 
 from __future__ import annotations
@@ -69,6 +73,12 @@ CLOCKED_ROUNDS, MIN_CLOCKED_ROUNDS = 8, 3
 # the model rates drafting less than REFERENCE_MARGIN times a plain step, every REFERENCE_EVERY-th drafting round is
 # a plain one, until MIN_CLOCKED_ROUNDS of them give plain steps a clock of their own.
 REFERENCE_EVERY, REFERENCE_MARGIN = 8, 1.5
+# Trees: a budget's gain over the one below it averages the rounds that covered it, each older one GAIN_DECAY less
+# (every round covers the narrow budgets, so their gains follow the text within a few rounds; see
+# TreeAcceptanceEstimate), and every EXPLORE_EVERY-th drafting round verifies the widest budget costing at most EXPLORE_COST times the
+# chosen one's round (WidthPolicy.exploring).
+EXPLORE_EVERY, EXPLORE_COST = 8, 2.0
+GAIN_DECAY = 0.9
 
 
 def width_buckets(max_width: int, compiled: bool) -> tuple[int, ...]:
@@ -222,6 +232,18 @@ class AcceptanceEstimate:
                 self.reached[k] += 1
                 self.accepted[k] += k <= a
 
+    @property
+    def shape(self) -> tuple:
+        return ("block", len(self.reached))
+
+    def reach(self) -> int:
+        """The widest width worth a round now: twice the widest the evidence holds (slots past it have a prior only)."""
+        return max(2 * self.widest, 2)
+
+    def draft_slots(self, width: int) -> int:
+        """The most drafts a round of ``width`` rows can get accepted."""
+        return width - 1
+
     def forget(self) -> None:
         """Back to the prior: the rounds seen so far say nothing about the text from here on."""
         self.reached = [0.0] * len(self.reached)
@@ -238,34 +260,103 @@ class AcceptanceEstimate:
         return copy
 
 
-def call_acceptance(target, drafter, max_width: int) -> AcceptanceEstimate:
-    """This call's acceptance estimate: what earlier calls of ``target`` with ``drafter`` learned (an even prior for a
-    new pair), kept as the pair's estimate, so this call's rounds are carried into the next."""
+class TreeAcceptanceEstimate:
+    """A draft tree's expected accepted drafts at each budget of n nodes (the tree of the drafter's best n - 1
+    candidates), from the rounds run.
+
+    A verify of n nodes says exactly what every smaller budget would have kept (``tree.accepted_within_budgets``: the
+    smaller tree is part of this one), as a verify of w block rows does for every narrower width. The estimate is a
+    sum of gains: what the smallest budget keeps, then what each budget keeps beyond the one below it, each from the
+    rounds whose verify covered it (discounted like the block's slots). Narrow budgets are covered by every round and
+    follow the text at once; a wide budget's gain is only judged by the rounds that verified it (each gain is a
+    discounted average over the last ten or so rounds that covered its budget, GAIN_DECAY). A gain without
+    evidence is guessed as the one below it (each doubling of the budget adds what the last one did: trees gain
+    less and less per node, so the guess errs towards trying a wider tree); before any round the first budget
+    expects PRIOR_ACCEPT drafts."""
+
+    def __init__(self, widths: tuple[int, ...], depth: int):
+        self.budgets = tuple(w for w in widths if w > 1)
+        self.depth = depth
+        self.forget()
+        self.probe_after = FIRST_PROBE_AFTER
+
+    @property
+    def shape(self) -> tuple:
+        return ("tree", self.budgets, self.depth)
+
+    def draft_slots(self, width: int) -> int:
+        return min(width - 1, self.depth)
+
+    def reach(self) -> int:
+        return max(2 * self.widest, 2)
+
+    def expected_tokens(self, width: int) -> float:
+        if width == 1:
+            return 1.0
+        total, gain = 0.0, PRIOR_ACCEPT
+        for n in self.budgets:
+            gain = max((self.gains[n] + gain * PRIOR_WEIGHT) / (self.reached[n] + PRIOR_WEIGHT), 0.0)
+            total = min(total + gain, self.draft_slots(n))
+            if n == width:
+                return 1.0 + total
+        raise KeyError(width)
+
+    def observe(self, width: int, accepted_per_row: list[int], within: dict[int, list[int]] | None = None) -> None:
+        """One round of a ``width``-node tree: each active row accepted ``accepted_per_row`` drafts; ``within``:
+        {budget n <= width: each active row's drafts kept within the best n - 1 candidates}."""
+        self.widest = max(self.widest, width)
+        below = [0] * len(accepted_per_row)
+        for n, kept in sorted((within or {width: accepted_per_row}).items()):
+            self.gains[n] = self.gains[n] * GAIN_DECAY + sum(k - b for k, b in zip(kept, below))
+            self.reached[n] = self.reached[n] * GAIN_DECAY + len(kept)
+            below = kept
+
+    def forget(self) -> None:
+        self.gains = dict.fromkeys(self.budgets, 0.0)  # discounted drafts kept within budget n beyond the one below
+        self.reached = dict.fromkeys(self.budgets, 0.0)  # discounted rows whose verify covered budget n
+        self.widest = 0
+
+    def carried(self) -> "TreeAcceptanceEstimate":
+        copy = TreeAcceptanceEstimate((1, *self.budgets), self.depth)
+        scale = min(1.0, CARRIED_WEIGHT / max(self.reached[self.budgets[0]], 1e-9))
+        copy.gains = {n: g * scale for n, g in self.gains.items()}
+        copy.reached = {n: r * scale for n, r in self.reached.items()}
+        copy.probe_after, copy.widest = self.probe_after, self.widest
+        return copy
+
+
+def call_acceptance(target, drafter, fresh_estimate: AcceptanceEstimate | TreeAcceptanceEstimate):
+    """This call's acceptance estimate: what earlier calls of ``target`` with ``drafter`` learned, in the shape of
+    ``fresh_estimate`` (which a new pair gets: the prior), kept as the pair's estimate, so this call's rounds are
+    carried into the next."""
     by_drafter = _remembered(_ACCEPTANCE, target, weakref.WeakKeyDictionary)
     known = by_drafter.get(drafter)
-    fresh = known is None or len(known.reached) != max_width
-    by_drafter[drafter] = estimate = AcceptanceEstimate(max_width) if fresh else known.carried()
+    fresh = known is None or known.shape != fresh_estimate.shape
+    by_drafter[drafter] = estimate = fresh_estimate if fresh else known.carried()
     return estimate
 
 
 class WidthPolicy:
     """Chooses each round's verify width (see the module docstring). ``widths`` includes 1 (a plain step)."""
 
-    def __init__(self, widths: tuple[int, ...], costs: CostTable, acceptance: AcceptanceEstimate,
-                 token_by_token: bool = False):
+    def __init__(self, widths: tuple[int, ...], costs: CostTable,
+                 acceptance: AcceptanceEstimate | TreeAcceptanceEstimate, draft_share=None):
         self.widths = widths
-        # a drafter that drafts one token per forward (a draft LM): a round of w rows drafts (w - 1) / (W - 1) of
-        # the block's cost; else one forward drafts the block, less the lm_head rows past w (DFlash)
-        self.token_by_token = token_by_token
+        # draft_share(w): the share of the whole block's drafting a round of w rows costs, for a drafter that runs
+        # one forward per draft token (a draft LM, an EAGLE-3 chain: (w - 1) / (W - 1)) or per tree level; None: one
+        # forward drafts the block, less the lm_head rows past w (DFlash)
+        self.draft_share = draft_share
         self.costs = costs
         self.acceptance = acceptance
         self.plain_streak = 0
         self.probing = False
         self.draft_timings: list[float] = []
+        self.whole_block_rounds: set[int] = set()  # the call's rounds that drafted the whole block (timing it)
         # width -> seconds of its last whole rounds in this call: what a round of that width costs on this machine
         # now, whatever the costs measured once say
         self.clocked: dict[int, deque] = {}
         self.drafted_since_plain = 0  # drafting rounds since this call's last plain one
+        self.since_explored = EXPLORE_EVERY - 2  # a tree's drafting rounds since the last wider one (the 2nd explores)
 
     @property
     def needs_draft_timing(self) -> bool:
@@ -281,8 +372,8 @@ class WidthPolicy:
         """Seconds of drafting for a round of ``width`` rows (none for a plain step)."""
         if width == 1:
             return 0.0
-        if self.token_by_token:
-            return self.costs.draft * (width - 1) / max(self.widths[-1] - 1, 1)
+        if self.draft_share is not None:
+            return self.costs.draft * self.draft_share(width)
         return max(self.costs.draft - self._skipped_head(width), 0.0)
 
     def _skipped_head(self, width: int) -> float:
@@ -291,8 +382,8 @@ class WidthPolicy:
 
     def whole_block_draft(self, width: int, seconds: float) -> float:
         """A round of ``width`` rows drafted in ``seconds``: what drafting the whole block would have taken."""
-        if self.token_by_token:
-            return seconds * max(self.widths[-1] - 1, 1) / max(width - 1, 1)
+        if self.draft_share is not None:
+            return seconds / self.draft_share(width)
         return seconds + self._skipped_head(width)
 
     def model_seconds(self, width: int) -> float:
@@ -318,7 +409,7 @@ class WidthPolicy:
         return self.acceptance.expected_tokens(width) / self.round_seconds(width)
 
     def choose(self) -> int:
-        reach = max(2 * self.acceptance.widest, 2)
+        reach = self.acceptance.reach()
         if self.costs.draft is None:  # drafting not yet timed (the loop times these rounds' drafts of the whole
             # block): verify the width that would pay best if drafting were free, never a plain step
             drafted = [w for w in self.widths[1:] if w <= reach] or [self.widths[1]]
@@ -333,7 +424,7 @@ class WidthPolicy:
             if self.probing:  # the probe paid: come back quickly next time plain steps win
                 self.acceptance.probe_after = FIRST_PROBE_AFTER
             self.probing = False
-            return best
+            return self.exploring(best)
         if self.probing:  # the probe did not pay: wait twice as long before the next
             self.acceptance.probe_after = min(2 * self.acceptance.probe_after, LAST_PROBE_AFTER)
             self.probing = False
@@ -344,6 +435,21 @@ class WidthPolicy:
             self.probing = True
             return self.probe_width()
         return 1
+
+    def exploring(self, best: int) -> int:
+        """``best``, or every EXPLORE_EVERY-th drafting round a wider tree: a tree's verify tells exactly what every
+        smaller budget would have kept, so one wide round brings evidence for all the budgets up to it, where a guess
+        would otherwise stand (trees of a few nodes spread over siblings, and say little about what deep ones get).
+        The widest budget whose round costs at most EXPLORE_COST times the best's (none for blocks, whose estimate
+        widens by itself)."""
+        if not isinstance(self.acceptance, TreeAcceptanceEstimate):
+            return best
+        self.since_explored += 1
+        wider = [w for w in self.widths if w > best and self.round_seconds(w) <= EXPLORE_COST * self.round_seconds(best)]
+        if wider and self.since_explored >= EXPLORE_EVERY:
+            self.since_explored = 0
+            return max(wider)
+        return best
 
     def needs_plain_reference(self, width: int) -> bool:
         """Whether this round should be a plain step so that plain steps get a clock of this call to be compared
@@ -366,12 +472,17 @@ class WidthPolicy:
         cheap = [w for w in self.widths[1:] if self.round_seconds(w) <= 1.25 * self.round_seconds(1)]
         return max(cheap) if cheap else self.widths[1]
 
-    def observe(self, width: int, accepted_per_row: list[int], seconds: float | None = None) -> None:
+    def observe(self, width: int, accepted_per_row: list[int], seconds: float | None = None,
+                within: dict[int, list[int]] | None = None, rows: int | None = None) -> None:
         """One round of ``width`` rows: each active row accepted ``accepted_per_row`` drafts; ``seconds``: the whole
-        round's clock (drafting, verify, commit)."""
-        if width > 1 and self.probing and 2 * sum(accepted_per_row) >= (width - 1) * len(accepted_per_row):
+        round's clock (drafting, verify, commit); ``within``: a tree's drafts kept within each smaller budget (see
+        TreeAcceptanceEstimate); ``rows``: the rows actually verified, where the drafter had fewer than ``width``
+        (a router's shorter block)."""
+        slots = self.acceptance.draft_slots(min(width, rows or width))
+        if width > 1 and self.probing and 2 * sum(accepted_per_row) >= slots * len(accepted_per_row):
             self.acceptance.forget()  # a probe kept half its drafts or more: judge the new text on its own
         if seconds:
             self.clocked.setdefault(width, deque(maxlen=CLOCKED_ROUNDS)).append(seconds)
         if width > 1:
-            self.acceptance.observe(width, accepted_per_row)
+            self.acceptance.observe(min(width, rows or width), accepted_per_row,
+                                    *([within] if within is not None else []))

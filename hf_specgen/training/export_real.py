@@ -152,8 +152,9 @@ def eagle3_card(runs: Path, bench: dict) -> str:
 An EAGLE-3 drafter for [SmolLM2-135M-Instruct](https://huggingface.co/{BASE_MODEL}):
 {log.get('drafter_parameters', 0) / 1e6:.1f}M parameters, one decoder layer reading the target's hidden states at
 three depths, its own lm_head over a {log.get('draft_vocab_size')}-token draft vocabulary (`d2t`/`t2d`), the target's
-embedding. EAGLE layout (`midlayer.*`). Drafts a dynamic tree (`speculative_mode="eagle3"`) or a chain
-(`eagle_top_k=1`); used alone and inside [WhiFlash](../{WHIFLASH}). {_remote_code_note(EAGLE3)}
+embedding. EAGLE layout (`midlayer.*`). Drafts a dynamic tree (`eagle_top_k` > 1) or a chain (`eagle_top_k=1`);
+`speculative_mode="eagle3"` alone drafts a chain on a CPU and a tree on a GPU, each round's width chosen by the
+width policy; used alone and inside [WhiFlash](../{WHIFLASH}). {_remote_code_note(EAGLE3)}
 
 {_usage(EAGLE3, "eagle3")}
 

@@ -89,8 +89,8 @@ def test_dflash_drafts_equal_full_recomputation(qwen3_pair):
     from hf_specgen.drafters.dflash import DFlashProposer
     original = DFlashProposer.propose
 
-    def recording(self, width=None):  # the default call drafts only each round's verified prefix
-        draft = original(self, width)
+    def recording(self, width=None, whole_block=False):  # the default call drafts each round's verified prefix
+        draft = original(self, width, whole_block)
         records.append((self.session.last_slot, draft[0].clone()))
         return draft
 

@@ -489,7 +489,8 @@ class SpeculativeDecoder:
         self.proposer.verify_widths = set(widths)  # the drafter keeps one graph per width its context can have
         token_by_token = getattr(self.proposer, "drafts_token_by_token", False)
         # the DFlash block's drafting cost is kept under the bare key (as saved before other drafters adapted)
-        drafter_kind = "" if getattr(self.proposer, "drafts_head_by_width", False) else type(self.proposer).__name__
+        head_by_width = getattr(self.proposer, "drafts_head_by_width", False)
+        drafter_kind = "" if head_by_width else type(self.proposer).__name__
         table = costs_of(self.target).table(cost_key(session.device, session.mask_dtype, session.batch_size,
                                                      self.compile_steps, drafter_kind))
         missing = tuple(w for w in widths if w not in table.verify)
@@ -508,7 +509,7 @@ class SpeculativeDecoder:
             table.verify.update(measure_verify_costs(run_verify, missing, session.device,
                                                      warmups=2 if self.compile_steps else 1))
             set_cache_length(self.cache, starts)
-        if table.draft_head is None and getattr(self.proposer, "drafts_head_by_width", False) and not self.compile_steps:
+        if table.draft_head is None and head_by_width and not self.compile_steps:
             # the lm_head over the block's W - 1 drafted rows: what a narrower round's drafting skips
             head = self.proposer.lm_head
             rows = torch.zeros(session.batch_size, self.width - 1, head.weight.shape[1], dtype=head.weight.dtype,

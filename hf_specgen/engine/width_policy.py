@@ -75,8 +75,8 @@ CLOCKED_ROUNDS, MIN_CLOCKED_ROUNDS = 8, 3
 REFERENCE_EVERY, REFERENCE_MARGIN = 8, 1.5
 # Trees: a budget's gain over the one below it averages the rounds that covered it, each older one GAIN_DECAY less
 # (every round covers the narrow budgets, so their gains follow the text within a few rounds; see
-# TreeAcceptanceEstimate), and every EXPLORE_EVERY-th drafting round verifies the widest budget costing at most EXPLORE_COST times the
-# chosen one's round (WidthPolicy.exploring).
+# TreeAcceptanceEstimate), and every EXPLORE_EVERY-th drafting round verifies the widest budget costing at most
+# EXPLORE_COST times the chosen one's round (WidthPolicy.exploring).
 EXPLORE_EVERY, EXPLORE_COST = 8, 2.0
 GAIN_DECAY = 0.9
 
@@ -267,7 +267,7 @@ class TreeAcceptanceEstimate:
     A verify of n nodes says exactly what every smaller budget would have kept (``tree.accepted_within_budgets``: the
     smaller tree is part of this one), as a verify of w block rows does for every narrower width. The estimate is a
     sum of gains: what the smallest budget keeps, then what each budget keeps beyond the one below it, each from the
-    rounds whose verify covered it (discounted like the block's slots). Narrow budgets are covered by every round and
+    rounds whose verify covered it. Narrow budgets are covered by every round and
     follow the text at once; a wide budget's gain is only judged by the rounds that verified it (each gain is a
     discounted average over the last ten or so rounds that covered its budget, GAIN_DECAY). A gain without
     evidence is guessed as the one below it (each doubling of the budget adds what the last one did: trees gain
@@ -445,7 +445,8 @@ class WidthPolicy:
         if not isinstance(self.acceptance, TreeAcceptanceEstimate):
             return best
         self.since_explored += 1
-        wider = [w for w in self.widths if w > best and self.round_seconds(w) <= EXPLORE_COST * self.round_seconds(best)]
+        affordable = EXPLORE_COST * self.round_seconds(best)
+        wider = [w for w in self.widths if w > best and self.round_seconds(w) <= affordable]
         if wider and self.since_explored >= EXPLORE_EVERY:
             self.since_explored = 0
             return max(wider)

@@ -41,9 +41,10 @@ class SpeculativeConfig:
     eagle_top_k, eagle_depth, eagle_total_tokens: EAGLE-3 dynamic tree (10, 8, 60: the WhiFlash paper's);
                    eagle_top_k=1 drafts a chain of num_draft_tokens tokens instead. eagle_top_k None = a tree of
                    top_k 10 on a GPU (or with eagle_total_tokens given), a chain elsewhere or with
-                   num_draft_tokens given: on a CPU a verify costs about in proportion to its rows, and an adaptive
-                   chain beat every tree on the real target (docs/width-policy.md). eagle_total_tokens None = 60
-                   nodes at most, each round's budget chosen by the width policy (speculative_mode="eagle3").
+                   num_draft_tokens given: on a CPU a verify costs about in proportion to its rows, and on the real
+                   target an adaptive chain was faster overall than the trees tried (docs/width-policy.md).
+                   eagle_total_tokens None = 60 nodes at most, each round's budget chosen by the width policy
+                   (speculative_mode="eagle3").
     dflash_tree_nodes: DDTree-style draft trees from one DFlash pass: the N most probable prefixes under the drafter's
                    per-position distributions (root included), verified in one target forward. 0 = the single block.
     dflash_tree_top_k: candidate tokens per block position for those trees; None = N - 1 (no cap); 1 = the block's

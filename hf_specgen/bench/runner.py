@@ -234,7 +234,8 @@ def build_methods(models: BenchModels, args, longest_prompt: int = 0) -> list[tu
         # transformers' own DFlash path running our drafter (its class answers that path's call signature too)
         methods.append(("hf dflash", {**stock, "assistant_model": models.dflash, "speculation_type": "dflash"}))
     if models.eagle3 is not None and "eagle3" in wanted:
-        # the default call (each round's tree budget, or a plain step, chosen by the width policy), then the fixed tree
+        # the default call (a chain on a CPU, a tree on a GPU; each round's width or node budget, or a plain step,
+        # chosen by the width policy), then the fixed tree
         methods.append(("eagle3", {**base, "assistant_model": models.eagle3, "speculative_mode": "eagle3"}))
         methods.append((f"eagle3 tree {'/'.join(map(str, args.eagle_tree))}",
                         {**base, "assistant_model": models.eagle3, "speculative_mode": "eagle3",

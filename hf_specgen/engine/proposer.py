@@ -36,4 +36,8 @@ class Proposer(Protocol):
 # copied into the statistics, e.g. WhiFlash's drafter per round), ``observe(logits_rows, features_rows, rows)``
 # (routers: the target at each batch row's newest committed token, [B, V] and [B, n_taps*H], and the unfinished
 # rows), ``takes_any_context_rows`` (True: in eager mode ``commit`` may get the verify's features cut after the
-# longest row's committed ones, fewer rows for the drafter to project).
+# longest row's committed ones, fewer rows for the drafter to project). For the width policy (width_policy.py):
+# ``drafts_any_width`` (``propose(width, whole_block=False)`` drafts for a round of ``width`` rows, or a tree of that
+# many nodes; ``whole_block`` drafts the whole block while the policy times it), ``drafts_token_by_token`` /
+# ``drafts_head_by_width`` (how a narrower round's drafting costs less), and ``commit_plain(features, counts)`` (a plain
+# step committed one token per row without drafting).

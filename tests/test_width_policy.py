@@ -439,6 +439,20 @@ def test_an_explicit_num_draft_tokens_keeps_the_classic_width():
                         draft_confidence_threshold=0.4, max_new_tokens=4)
 
 
+def _record_single_row_proposals(patch, proposer) -> list:
+    """Patch ``proposer.propose`` to record (committed sequence, proposal) of every call at batch 1; returns the list."""
+    seen, original = [], proposer.propose
+
+    def recording(self, width=None, whole_block=False):
+        drafts = original(self, width, whole_block)
+        if self.session.batch_size == 1:
+            seen.append((self.session.committed().clone(), drafts))
+        return drafts
+
+    patch.setattr(proposer, "propose", recording)
+    return seen
+
+
 @pytest.mark.parametrize("shape", ["chain", "tree"])
 def test_eagle3_default_call_is_exact_under_any_widths_and_drafts_from_the_whole_context(random_widths, shape):
     """speculative_mode='eagle3' with no width adapts it: a chain round of w rows drafts w - 1 tokens, a tree round
@@ -456,18 +470,9 @@ def test_eagle3_default_call_is_exact_under_any_widths_and_drafts_from_the_whole
             drafter.lm_head.weight.mul_(30)  # peaked: deep nodes outscore shallow ones (see test_eagle3)
     proposer = Eagle3TreeProposer if shape == "tree" else Eagle3ChainProposer
     tree = dict(eagle_top_k=3, eagle_depth=4) if shape == "tree" else dict(eagle_top_k=1)
-    seen = []
-    original = proposer.propose
-
-    def recording(self, width=None, whole_block=False):
-        drafts = original(self, width, whole_block)
-        if self.session.batch_size == 1:
-            seen.append((self.session.committed().clone(), width, drafts))
-        return drafts
-
     rng = random.Random(6)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(proposer, "propose", recording)
+        seen = _record_single_row_proposals(patch, proposer)
         for lengths, new in (([19], 40), ([7, 15, 2], 30)):
             ids, mask = padded_batch(rng, lengths)
             ref = target.generate(ids, attention_mask=mask, max_new_tokens=new, do_sample=False, eos_token_id=None)
@@ -477,8 +482,8 @@ def test_eagle3_default_call_is_exact_under_any_widths_and_drafts_from_the_whole
             assert out.sequences.tolist() == ref.tolist()
             widths = out.speculative_stats.round_widths
             assert 1 in widths and len(set(widths)) >= 3
-    assert len(seen) > 5 and len({drafts.shape[-1] if shape == "chain" else len(drafts) for *_, drafts in seen}) >= 2
-    for committed, width, drafts in seen:
+    assert len(seen) > 5 and len({drafts.shape[-1] if shape == "chain" else len(drafts) for _, drafts in seen}) >= 2
+    for committed, drafts in seen:
         if shape == "chain":
             assert drafts[0, 1:].tolist() == _reference_chain(target, drafter, committed, drafts.shape[1] - 1)
         else:
@@ -572,18 +577,9 @@ def test_whiflash_default_call_is_exact_under_any_widths_and_plain_steps_reach_b
     target = make_target("llama", seed=4)
     eagle = make_eagle3(target, draft_vocab=128)
     bundle = hf_specgen.WhiFlash(ar=eagle, parallel=make_dflash(target, block_size=8), router="random")
-    seen = []
-    original = Eagle3ChainProposer.propose
-
-    def recording(self, width=None, whole_block=False):
-        drafts = original(self, width, whole_block)
-        if self.session.batch_size == 1:
-            seen.append((self.session.committed().clone(), drafts))
-        return drafts
-
     rng = random.Random(8)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(Eagle3ChainProposer, "propose", recording)
+        seen = _record_single_row_proposals(patch, Eagle3ChainProposer)
         for lengths, new in (([17], 40), ([6, 13, 2], 30)):
             ids, mask = padded_batch(rng, lengths)
             ref = target.generate(ids, attention_mask=mask, max_new_tokens=new, do_sample=False, eos_token_id=None)

@@ -17,6 +17,7 @@ from transformers.generation.streamers import BaseStreamer
 
 from ..engine.cache import restore_states, set_cache_length, snapshot_states, static_cache
 from ..engine.session import DecodingSession
+from ..engine.stats import PLAIN
 from ..engine.support import cache_keyword, rollback_layer_indices
 from ..engine.taps import HiddenStateTap, decoder_layers
 
@@ -124,9 +125,9 @@ def run_method(target, prompts, gen_kwargs: dict, repeats: int, name: str, progr
                 result.counters[key] = result.counters.get(key, 0) + getattr(stats, key)
             last = None  # the last drafting round's drafter (plain steps draft nothing, switch nothing)
             for i, name in enumerate(stats.drafter_per_round):
-                result.rounds.append((name, name != "plain" and last is not None and last != name,
+                result.rounds.append((name, name != PLAIN and last is not None and last != name,
                                       stats.round_draft_seconds[i], stats.round_seconds[i]))
-                last = name if name != "plain" else last
+                last = name if name != PLAIN else last
         if progress is not None:
             progress.update(1)
     if result.acceptance:

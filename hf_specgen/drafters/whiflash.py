@@ -22,12 +22,12 @@ import random
 
 import torch
 
+from ..engine.stats import PLAIN
 from ..engine.taps import decoder_layers
 from .dflash import DFlashProposer
 from .eagle3 import Eagle3ChainProposer
 
 AR, PARALLEL = "eagle3", "dflash"
-PLAIN = "plain"  # a round of the width policy's plain steps, in ``drafter_per_round``
 
 
 def full_entropy(logits: torch.Tensor) -> float:

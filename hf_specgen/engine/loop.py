@@ -399,10 +399,10 @@ class SpeculativeDecoder:
                         if timing:
                             policy.whole_block_rounds.add(len(stats.round_widths))
                         within = None  # a tree's {budget: each active row's drafts kept within it}
-                        if result.within_budgets is not None:
-                            budgets = [n for n in self._tree_budgets if n <= round_width]
+                        if result.within_budgets is not None:  # its columns: the first of the tree budgets
+                            reported = result.within_budgets.shape[1]
                             within = {n: [row[b] for b in active_rows]
-                                      for n, row in zip(budgets, numbers[-len(budgets):])}
+                                      for n, row in zip(self._tree_budgets[:reported], numbers[-reported:])}
                         # a router's drafter may verify fewer rows than the round's width (an EAGLE-3 chain
                         # beside a longer DFlash block): the acceptance counts the rows it verified
                         verified = round_width if isinstance(draft, TreeProposal) else min(round_width,

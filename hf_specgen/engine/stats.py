@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 import torch
 
 
+PLAIN = "plain"  # WhiFlash: a round of the width policy's plain steps, in ``drafter_per_round`` (no drafter)
+
 @dataclass
 class SpeculativeStats:
     """What one speculative ``generate`` call did.
@@ -29,7 +31,7 @@ class SpeculativeStats:
     rescued_per_round: list[int] = field(default_factory=list)
     draft_forwards: int = 0
     rounds: int = 0
-    drafter_per_round: list[str] = field(default_factory=list)  # WhiFlash: which drafter proposed each round ("plain")
+    drafter_per_round: list[str] = field(default_factory=list)  # WhiFlash: which drafter proposed each round (PLAIN)
     backlog_sizes: list[int] = field(default_factory=list)  # WhiFlash: rows prefilled at each lazy catch-up
     round_widths: list[int] = field(default_factory=list)  # adaptive width: rows verified each round (1 = plain step)
     round_draft_seconds: list[float] = field(default_factory=list)  # per round: drafting (catch-up included)
@@ -72,8 +74,8 @@ class SpeculativeStats:
     @property
     def switches(self) -> int:
         """WhiFlash: drafting rounds whose drafter differs from the previous drafting round's (plain steps between
-        them, "plain" in ``drafter_per_round``, are no drafter)."""
-        drafters = [name for name in self.drafter_per_round if name != "plain"]
+        them, PLAIN in ``drafter_per_round``, are no drafter)."""
+        drafters = [name for name in self.drafter_per_round if name != PLAIN]
         return sum(a != b for a, b in zip(drafters, drafters[1:]))
 
     @property

@@ -5,6 +5,7 @@ loaded; an explicit block keeps the fixed width."""
 from __future__ import annotations
 
 import random
+import statistics
 import time
 
 import pytest
@@ -593,3 +594,61 @@ def test_whiflash_default_call_is_exact_under_any_widths_and_plain_steps_reach_b
     assert len(seen) > 3
     for committed, drafts in seen:
         assert drafts[0, 1:].tolist() == _reference_chain(target, eagle, committed, drafts.shape[1] - 1)
+
+
+def test_a_recurrent_target_charges_each_width_its_expected_refeed():
+    """On a target with recurrent layers a round that commits c < w of its w rows re-feeds those c rows in one more
+    forward. With every slot's rate at the even prior (1/2), a round of 4 rows commits 1, 2 or 3 rows with
+    probabilities 1/2, 1/4, 1/8 (and re-feeds them at the cost of the narrowest width holding them); a round that
+    commits all 4 re-feeds nothing. An attention-only target pays none of it, and a recurrent one, facing the same
+    costs and acceptance, verifies a narrower width."""
+    verify = {1: 1.0, 2: 1.2, 4: 1.5, 8: 2.2}
+    hybrid = WidthPolicy((1, 2, 4, 8), CostTable(dict(verify), draft=0.1), AcceptanceEstimate(8), refeeds=True)
+    attention = WidthPolicy((1, 2, 4, 8), CostTable(dict(verify), draft=0.1), AcceptanceEstimate(8))
+    assert hybrid.expected_refeed(1) == 0.0 and attention.expected_refeed(4) == 0.0
+    assert hybrid.expected_refeed(4) == pytest.approx(0.5 * 1.0 + 0.25 * 1.2 + 0.125 * 1.5)
+    assert hybrid.model_seconds(4) == pytest.approx(1.5 + 0.1 + hybrid.expected_refeed(4))
+    for policy in (hybrid, attention):  # evidence: the first drafts accepted, later ones less and less
+        policy.acceptance.widest = 8
+        for _ in range(20):
+            policy.acceptance.observe(8, [7, 1, 2, 3])
+    assert hybrid.expected_refeed(8) > 0
+    chosen = {name: max(policy.widths, key=policy.rate) for name, policy in (("hybrid", hybrid),
+                                                                                ("attention", attention))}
+    assert chosen["hybrid"] < chosen["attention"], chosen
+
+
+def test_a_recurrent_targets_policy_learns_verify_costs_from_rounds_without_a_refeed(monkeypatch):
+    """The default DFlash call on a hybrid target (linear attention, then full attention): the policy knows the target
+    re-feeds, every round that committed fewer rows than it verified is marked as re-fed, and the verify costs the
+    call teaches the table come from the other rounds only (a re-fed round's clock holds two forwards)."""
+    from test_hybrid import hybrid_target
+    from hf_specgen.architectures import _assistant
+    from hf_specgen.engine.loop import SpeculativeDecoder
+
+    target = hybrid_target("qwen3_5_text", seed=3)
+    policies, learned = [], []
+    real_policy = SpeculativeDecoder._width_policy
+
+    def keep_policy(self, session, show):
+        policies.append(real_policy(self, session, show))
+        return policies[-1]
+
+    real_learn = width_policy.CostTable.learn_verify
+    monkeypatch.setattr(SpeculativeDecoder, "_width_policy", keep_policy)
+    monkeypatch.setattr(width_policy.CostTable, "learn_verify",
+                        lambda table, w, s: (learned.append((w, s)), real_learn(table, w, s)))
+    prompt = torch.tensor([[5, 9, 17, 33, 4, 8, 21, 40, 2, 11, 7]])
+    out = target.generate(prompt, assistant_model=_assistant("dflash", target), speculative_mode="dflash",
+                          max_new_tokens=40, do_sample=False, eos_token_id=None, return_dict_in_generate=True)
+    policy, stats = policies[0], out.speculative_stats
+    assert policy.refeeds
+    refed = {i for i, (w, c) in enumerate(zip(stats.round_widths, stats.acceptance_lengths)) if c < w}
+    assert refed and policy.refed_rounds == refed
+    clean = {}
+    for i, width in enumerate(stats.round_widths):
+        if i not in refed:
+            clean.setdefault(width, []).append(stats.round_seconds[i] - stats.round_draft_seconds[i])
+    assert {w for w, _ in learned} == set(clean)
+    for width, seconds in learned:
+        assert seconds == pytest.approx(statistics.median(clean[width]))

@@ -381,8 +381,8 @@ class SpeculativeDecoder:
                     features = result.features
                     if features is not None and self.compile_steps:
                         features = features.clone()  # a graph replay (or the re-feed below) would overwrite it
-                    if self._state_layers and still_active:
-                        self._roll_back_states(saved_states, draft, starts, numbers, still_active, session)
+                    refed = bool(self._state_layers and still_active) and self._roll_back_states(
+                        saved_states, draft, starts, numbers, still_active, session)
                     if features is not None and trims_context and not self.compile_steps:
                         # Eager steps take any number of context rows: hand over only up to the longest commit.
                         features = features[:, : max(1, max(numbers[2][b] + 1 for b in active_rows))]
@@ -398,6 +398,8 @@ class SpeculativeDecoder:
                             len(still_active) == len(active_rows) and not timing) else None
                         if timing:
                             policy.whole_block_rounds.add(len(stats.round_widths))
+                        if refed:
+                            policy.refed_rounds.add(len(stats.round_widths))
                         within = None  # a tree's {budget: each active row's drafts kept within it}
                         if result.within_budgets is not None:  # its columns: the first of the tree budgets
                             reported = result.within_budgets.shape[1]
@@ -458,21 +460,23 @@ class SpeculativeDecoder:
         counts = torch.where(active, fewest, 0)
         return replace(result, n_accepted=torch.where(active, fewest - 1, result.n_accepted)), counts
 
-    def _roll_back_states(self, saved_states, draft, starts, numbers, active_rows, session) -> None:
+    def _roll_back_states(self, saved_states, draft, starts, numbers, active_rows, session) -> bool:
         """After a verify of W rows of which each active row committed c: the recurrent layers hold the state after
         all W rows, so put back the state from before the verify and re-feed the c committed rows (the last committed
         token, then the accepted drafts), over the same cache slots and masks (attention rows are rewritten with the
         same values). The verify's features stay the ones handed to the drafter (eager taps concatenate into a new
         tensor; compiled steps clone them before this). The re-feed runs eagerly also when the steps are compiled:
-        its width changes every round, and a graph per width would be a compile per round width."""
+        its width changes every round, and a graph per width would be a compile per round width. Returns whether it
+        re-fed."""
         committed = numbers[2][active_rows[0]] + 1  # the same for every active row (_commit_evenly)
         if committed >= draft.shape[-1] or saved_states is None:
-            return  # every verified row was committed: the states are already right
+            return False  # every verified row was committed: the states are already right
         restore_states(self.cache, saved_states)
         set_cache_length(self.cache, starts)
         block = (draft if draft.dim() == 2 else draft[None])[:, :committed]
         self._verify_step(block, session.position_block(starts, committed), session.verify_mask(starts, committed))
         set_cache_length(self.cache, session.last_slots)
+        return True
 
     # ------------------------------------------------------------------ the width policy
     def _synced_time(self) -> float:
@@ -525,15 +529,18 @@ class SpeculativeDecoder:
             share = lambda w: (w - 1) / max(self.width - 1, 1)  # noqa: E731
         else:
             share = None
-        return WidthPolicy(widths, table, call_acceptance(self.target, self.drafter, fresh), share)
+        return WidthPolicy(widths, table, call_acceptance(self.target, self.drafter, fresh), share,
+                           refeeds=bool(self._state_layers))
 
     @staticmethod
     def _learn_costs(policy: WidthPolicy, stats: SpeculativeStats) -> None:
         """The call's median round at each width refines that width's costs (the first round drafts over the whole
-        prompt: its drafting time is not a steady round's)."""
+        prompt: its drafting time is not a steady round's; a round that re-fed a recurrent target is no verify's
+        clock, since the policy adds the re-feed on its own)."""
         verify, draft = {}, {}
         for i, width in enumerate(stats.round_widths):
-            verify.setdefault(width, []).append(stats.round_seconds[i] - stats.round_draft_seconds[i])
+            if i not in policy.refed_rounds:
+                verify.setdefault(width, []).append(stats.round_seconds[i] - stats.round_draft_seconds[i])
             if width > 1 and i > 0:  # as the whole block's drafting (a narrow round drafts less of it)
                 seconds = stats.round_draft_seconds[i]
                 whole = seconds if i in policy.whole_block_rounds else policy.whole_block_draft(width, seconds)

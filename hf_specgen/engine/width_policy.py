@@ -340,8 +340,11 @@ class WidthPolicy:
     """Chooses each round's verify width (see the module docstring). ``widths`` includes 1 (a plain step)."""
 
     def __init__(self, widths: tuple[int, ...], costs: CostTable,
-                 acceptance: AcceptanceEstimate | TreeAcceptanceEstimate, draft_share=None):
+                 acceptance: AcceptanceEstimate | TreeAcceptanceEstimate, draft_share=None, refeeds: bool = False):
         self.widths = widths
+        # refeeds: the target has recurrent layers (linear attention, convolutions), so a round that commits fewer
+        # rows than it verified re-feeds the committed ones in one more forward (loop._roll_back_states)
+        self.refeeds = refeeds
         # draft_share(w): the share of the whole block's drafting a round of w rows costs, for a drafter that runs
         # one forward per draft token (a draft LM, an EAGLE-3 chain: (w - 1) / (W - 1)) or per tree level; None: one
         # forward drafts the block, less the lm_head rows past w (DFlash)
@@ -352,6 +355,7 @@ class WidthPolicy:
         self.probing = False
         self.draft_timings: list[float] = []
         self.whole_block_rounds: set[int] = set()  # the call's rounds that drafted the whole block (timing it)
+        self.refed_rounds: set[int] = set()  # the call's rounds that re-fed a recurrent target (expected_refeed)
         # width -> seconds of its last whole rounds in this call: what a round of that width costs on this machine
         # now, whatever the costs measured once say
         self.clocked: dict[int, deque] = {}
@@ -387,8 +391,24 @@ class WidthPolicy:
         return seconds + self._skipped_head(width)
 
     def model_seconds(self, width: int) -> float:
-        """The cost model's seconds for a round of ``width`` rows: its target forward and its drafting."""
-        return self.costs.verify[width] + self.draft_cost(width)
+        """The cost model's seconds for a round of ``width`` rows: its target forward, its drafting and, on a target
+        with recurrent layers, its expected re-feed."""
+        return self.costs.verify[width] + self.draft_cost(width) + self.expected_refeed(width)
+
+    def expected_refeed(self, width: int) -> float:
+        """Seconds a round of ``width`` rows spends, in expectation, re-feeding its committed rows into a recurrent
+        target: it commits exactly c < width rows with probability p_1 ... p_{c-1} (1 - p_c), and then runs a forward
+        of c rows (costed as the narrowest measured width holding them). A round that commits every row re-feeds
+        nothing; an attention-only target never re-feeds (its rollback moves a length). On such a target a failing
+        slot costs twice (its verify row, and the re-feed a rejection brings), so the best width is narrower."""
+        if not self.refeeds or width == 1 or not isinstance(self.acceptance, AcceptanceEstimate):
+            return 0.0  # (trees are refused on recurrent targets)
+        expected, reach = 0.0, 1.0
+        for committed, rate in enumerate(self.acceptance.rates(width), start=1):
+            holding = min(w for w in self.widths if w >= committed)
+            expected += reach * (1.0 - rate) * self.costs.verify[holding]
+            reach *= rate
+        return expected
 
     def clocked_seconds(self, width: int) -> float | None:
         """The median of this call's last rounds of ``width`` (None before MIN_CLOCKED_ROUNDS of them)."""

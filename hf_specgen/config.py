@@ -50,13 +50,14 @@ class SpeculativeConfig:
     dflash_tree_top_k: candidate tokens per block position for those trees; None = N - 1 (no cap); 1 = the block's
                    own chain.
     adaptive_width: each round verifies the width that pays (the engine's width policy): a prefix of the DFlash block
-                   or of the draft LM's / EAGLE-3 chain's tokens, an EAGLE-3 tree's node budget, or a plain one-token
-                   step when no draft pays, from the target's measured verify costs and the drafter's running
-                   acceptance. None = on for "dflash" blocks unless block_size is given, for "classic" unless
+                   or of the draft LM's / EAGLE-3 chain's tokens, an EAGLE-3 or DFlash tree's node budget, or a
+                   plain one-token step when no draft pays, from the target's measured verify costs and the
+                   drafter's running acceptance. None = on for "dflash" blocks unless block_size is given, for "classic" unless
                    num_draft_tokens or draft_confidence_threshold is, for "eagle3" unless its width is
                    (num_draft_tokens for a chain, eagle_total_tokens for a tree), and for "whiflash" (a plain step
                    or the router's drafter, its block verified whole or a prefix of it) unless any of those is: an
-                   explicit width keeps today's fixed behaviour; True / False force it.
+                   explicit width keeps today's fixed behaviour; True / False force it (True with
+                   dflash_tree_nodes=N: each round's DFlash tree budget, up to N).
     fly_window:    FLy's deferred window W (default 6; 0 disables the window).
     fly_window_convention: "reference" (W counts the mismatched slot; FLy's code) or "vllm" (W counts only the
                    following matches: vLLM's ``fly_window_size``; vLLM W = reference W - 1).
@@ -146,11 +147,10 @@ class SpeculativeConfig:
             raise ValueError("dflash_tree_top_k sizes DFlash trees: also pass dflash_tree_nodes=N.")
         if self.adaptive_width not in (None, True, False):
             raise ValueError(f"adaptive_width must be True, False or None (automatic), got {self.adaptive_width!r}.")
-        if self.adaptive_width and ((self.mode != "dflash" or nodes) and self.mode not in ("classic", "eagle3",
-                                                                                           "whiflash")):
-            raise ValueError("adaptive_width=True applies to speculative_mode='dflash' with its block (not trees), "
-                             "'classic', 'eagle3' and 'whiflash' for now; FLy verifies a fixed width: drop "
-                             "adaptive_width.")
+        if self.adaptive_width and self.mode not in ("dflash", "classic", "eagle3", "whiflash"):
+            raise ValueError("adaptive_width=True applies to speculative_mode 'dflash' (its block, or with "
+                             "dflash_tree_nodes its trees), 'classic', 'eagle3' and 'whiflash'; FLy verifies a fixed "
+                             "width for now: drop adaptive_width.")
         if self.adaptive_width and self.draft_confidence_threshold is not None:
             raise ValueError("draft_confidence_threshold is a width heuristic of its own (each row stops drafting "
                              "when unsure): drop it, or adaptive_width.")

@@ -21,9 +21,11 @@ def test_compare_prints_side_by_side(capsys):
 
 def test_bench_runs_every_method_and_writes_json_and_chart(tmp_path):
     assert main(["bench", "--synthetic", "tiny", "--dtype", "fp32", "--num-prompts", "2", "--max-new-tokens", "12",
-                 "--repeats", "2", "--block-sizes", "4", "8", "--num-draft-tokens", "3", "--out", str(tmp_path)]) == 0
+                 "--repeats", "2", "--block-sizes", "4", "8", "--num-draft-tokens", "3", "--dflash-tree-nodes", "6",
+                 "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "results.json").read_text())
-    assert set(report["methods"]) == {"autoregressive", "dflash", "dflash b4", "dflash b8", "classic", "classic k3",
+    assert set(report["methods"]) == {"autoregressive", "dflash", "dflash b4", "dflash b8", "dflash b8 tree 6",
+                                      "dflash b8 tree <=6, adaptive", "classic", "classic k3",
                                       "classic k20 conf0.4",
                                       "hf assisted",
                                       "hf prompt lookup", "hf dflash", "eagle3", "eagle3 tree 4/6/16",
@@ -42,6 +44,7 @@ def test_bench_runs_every_method_and_writes_json_and_chart(tmp_path):
             assert method["verify_ms_per_row"] > 0
     assert report["tap_cost"]["verify_ms"] > 0
     assert (tmp_path / "speedup.png").stat().st_size > 1000
+    assert (tmp_path / "tree_budgets.png").stat().st_size > 1000
     # 2 repeats of 2 x 12 tokens: the run says it is too short to trust
     assert any("2 repeat(s)" in note for note in report["unreliable"])
     assert any("fewer than 256 decoded tokens in random" in note for note in report["unreliable"])

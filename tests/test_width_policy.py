@@ -4,6 +4,7 @@ loaded; an explicit block keeps the fixed width."""
 
 from __future__ import annotations
 
+import itertools
 import random
 import statistics
 import time
@@ -82,9 +83,11 @@ def test_plain_steps_attend_no_slots_for_a_block_they_do_not_draft(random_widths
     assert saved  # some plain step attended a bucket fewer than a drafting round would have
 
 
-def test_compiled_width_changes_reuse_one_graph_per_width(monkeypatch):
-    """Compiled: each width bucket (1, 4 and the block) is one verify graph; after the first call has seen every
-    width, changing widths round to round recompiles nothing, and the tokens stay the stock ones."""
+@pytest.mark.parametrize("shape", ["block", "tree"])
+def test_compiled_width_changes_reuse_one_graph_per_width(monkeypatch, shape):
+    """Compiled: each width bucket (1, 4 and the block; for DFlash trees, node budgets) is one verify graph; after
+    the first call has seen every width, changing widths round to round recompiles nothing, and the tokens stay the
+    stock ones."""
     torch._dynamo.reset()
     counters.clear()
     cycle = [8, 4, 1, 1, 4, 8, 1, 8, 4, 4, 1, 8]
@@ -102,9 +105,10 @@ def test_compiled_width_changes_reuse_one_graph_per_width(monkeypatch):
         for call, prompt_len in enumerate((12, 37)):
             prompt = random_prompt(rng, prompt_len)
             ref = target.generate(prompt, max_new_tokens=40, do_sample=False, eos_token_id=None)
+            tree = dict(dflash_tree_nodes=8, dflash_tree_top_k=2, adaptive_width=True) if shape == "tree" else {}
             out = target.generate(prompt, assistant_model=drafter, speculative_mode="dflash",
                                   speculative_compile=True, max_new_tokens=40, do_sample=False, eos_token_id=None,
-                                  return_dict_in_generate=True)
+                                  return_dict_in_generate=True, **tree)
             assert out.sequences.tolist() == ref.tolist()
             assert set(out.speculative_stats.round_widths) == {1, 4, 8}
             if call == 0:
@@ -237,9 +241,8 @@ def test_an_explicit_width_keeps_the_fixed_block(qwen3_pair):
     out = target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=30,
                           block_size=4, adaptive_width=True, return_dict_in_generate=True)
     assert set(out.speculative_stats.round_widths) <= {1, 2, 4}
-    with pytest.raises(ValueError, match="adaptive_width=True applies to speculative_mode='dflash'"):
-        target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", dflash_tree_nodes=8,
-                        adaptive_width=True)
+    with pytest.raises(ValueError, match="FLy verifies a fixed width for now: drop adaptive_width"):
+        target.generate(prompt, assistant_model=drafter, speculative_mode="fly", adaptive_width=True)
 
 
 def test_policy_probes_back_off_and_return():
@@ -652,3 +655,49 @@ def test_a_recurrent_targets_policy_learns_verify_costs_from_rounds_without_a_re
     assert {w for w, _ in learned} == set(clean)
     for width, seconds in learned:
         assert seconds == pytest.approx(statistics.median(clean[width]))
+
+
+def test_adaptive_dflash_trees_are_exact_and_each_budget_is_the_best_prefixes_of_the_whole_context(random_widths):
+    """dflash_tree_nodes=N with adaptive_width=True: each round verifies a tree of the width policy's node budget (or
+    a plain step). Under any sequence of budgets the tokens are stock greedy's (batches too), and every tree is the
+    budget's most probable prefixes under the drafter's distributions recomputed from scratch over the whole
+    committed sequence (a budget cut from the wrong candidates, or a context that missed a plain step's features,
+    would give other trees)."""
+    from hf_specgen.drafters.dflash import DFlashTreeProposer
+
+    target = make_target("llama", seed=9)
+    drafter = make_dflash(target, block_size=4)
+    rng = random.Random(4)
+    with pytest.MonkeyPatch.context() as patch:
+        seen = _record_single_row_proposals(patch, DFlashTreeProposer)
+        for lengths, new in (([16], 36), ([5, 12, 3], 24)):
+            ids, mask = padded_batch(rng, lengths)
+            ref = target.generate(ids, attention_mask=mask, max_new_tokens=new, do_sample=False, eos_token_id=None)
+            out = target.generate(ids, attention_mask=mask, assistant_model=drafter, speculative_mode="dflash",
+                                  dflash_tree_nodes=10, dflash_tree_top_k=3, adaptive_width=True,
+                                  max_new_tokens=new, do_sample=False, eos_token_id=None,
+                                  return_dict_in_generate=True)
+            assert out.sequences.tolist() == ref.tolist()
+            assert {1, 2, 4, 8, 10} <= set(out.speculative_stats.round_widths)
+    assert len({len(tree) for _, tree in seen}) >= 3
+    embed, width = target.get_input_embeddings(), drafter.block_size
+    for committed, tree in seen:
+        start = committed.shape[1] - 1  # the root: the last committed token
+        with torch.no_grad():
+            hidden = target(committed[:, :start], output_hidden_states=True).hidden_states
+            context = torch.cat([hidden[i + 1] for i in drafter.target_layer_ids], dim=-1)
+            block = torch.tensor([[int(committed[0, start])] + [drafter.mask_token_id] * (width - 1)])
+            h = drafter(embed(block), context, torch.arange(start + width)[None])
+            values, indices = torch.log_softmax(target.lm_head(h[0, 1:]).float(), dim=-1).topk(3, dim=-1)
+        scored = {}
+        for depth in range(1, width):
+            for picks in itertools.product(range(3), repeat=depth):
+                prefix = tuple(int(indices[d, k]) for d, k in enumerate(picks))
+                scored[prefix] = float(sum(values[d, k] for d, k in enumerate(picks)))
+        best = sorted(scored, key=lambda p: (-scored[p], len(p)))[: len(tree) - 1]
+        tokens, parents = tree.tokens[0].tolist(), tree.parents[0].tolist()
+        assert tokens[0] == int(committed[0, start])
+        paths = {}
+        for node in range(1, len(tokens)):
+            paths[node] = (paths[parents[node]] if parents[node] > 0 else ()) + (tokens[node],)
+        assert sorted(paths.values()) == sorted(best)

@@ -214,10 +214,12 @@ def build_methods(models: BenchModels, args, longest_prompt: int = 0) -> list[tu
                                       "block_size": b})
                     for b in (args.block_sizes if getattr(args, "fixed_blocks", True) else [])]
         block = max(args.block_sizes)
-        methods += [(f"dflash b{block} tree {n}", {**base, "assistant_model": models.dflash,
-                                                   "speculative_mode": "dflash", "block_size": block,
-                                                   "dflash_tree_nodes": n})
-                    for n in getattr(args, "dflash_tree_nodes", [])]
+        for n in getattr(args, "dflash_tree_nodes", []):  # each fixed tree, and trees of at most n nodes whose
+            # budget (or a plain step) the width policy chooses each round
+            tree = {**base, "assistant_model": models.dflash, "speculative_mode": "dflash", "block_size": block,
+                    "dflash_tree_nodes": n}
+            methods += [(f"dflash b{block} tree {n}", tree),
+                        (f"dflash b{block} tree <={n}, adaptive", {**tree, "adaptive_width": True})]
     if models.draft_lm is not None and "classic" in wanted:
         # the default call (each round's number of drafts chosen by the width policy), then fixed numbers
         methods.append(("classic", {**base, "assistant_model": models.draft_lm, "speculative_mode": "classic"}))
@@ -752,24 +754,31 @@ def _plot_recovery(report: dict, path: Path, plt) -> bool:
 
 
 def _plot_tree_budgets(report: dict, path: Path, plt) -> bool:
-    """DDTree-style DFlash trees: tau and decode speedup against the node budget, the block's chain as the line to
-    beat (all prompts)."""
+    """DDTree-style DFlash trees: tau and decode speedup against the node budget (fixed, and adaptive: at most that
+    budget), the block's chain as the line to beat (all prompts)."""
     import re
 
-    points, chain = [], None
+    points, adaptive, chain = [], [], None
     for name, method in report["methods"].items():
         entry = method["by_category"].get("all") or next(iter(method["by_category"].values()))
         match = re.fullmatch(r"dflash b(\d+) tree (\d+)", name)
+        capped = re.fullmatch(r"dflash b(\d+) tree <=(\d+), adaptive", name)
         if match:
             points.append((int(match.group(2)), entry["pooled_tau"] or 0, entry["speedup"]))
+        elif capped:
+            adaptive.append((int(capped.group(2)), entry["pooled_tau"] or 0, entry["speedup"]))
         elif re.fullmatch(r"dflash b\d+", name):
             chain = (entry["pooled_tau"] or 0, entry["speedup"])  # the last (largest) block size listed
     if not points:
         return False
     points.sort()
+    adaptive.sort()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, column, label in ((axes[0], 1, "tau (tokens per verify round)"), (axes[1], 2, "decode speedup vs stock")):
         ax.plot([p[0] for p in points], [p[column] for p in points], marker="o", label="tree")
+        if adaptive:
+            ax.plot([p[0] for p in adaptive], [p[column] for p in adaptive], marker="s",
+                    label="adaptive (budget at most)")
         if chain is not None:
             ax.axhline(chain[column - 1], color="grey", ls="--", label="block chain")
         ax.set_xscale("log", base=2)

@@ -116,7 +116,7 @@ class DFlashProposer:
                               dim=1)  # [B, C+W]
         # Round 1 has the prompt (any length) as context, a round after plain steps their rows: run those eagerly;
         # other rounds have the rows of the last verify, W or (adaptive width) a width bucket: one graph each.
-        runner = step if n_ctx in self.verify_widths else step.eager
+        runner = step if n_ctx in self._context_widths() else step.eager
         set_cache_length(self.cache, self.context_start)  # the pending rows, then the block, are written from here
         mask = session.block_mask(starts, self.context_start + n_ctx, width)
         out = runner(self.block_ids, self.pending, positions, mask, *step_args)
@@ -124,6 +124,10 @@ class DFlashProposer:
         self.context_start = starts.clone()  # rows past it are hidden and overwritten next round)
         self.forward_calls += 1
         return out
+
+    def _context_widths(self) -> set[int]:
+        """Context rows a drafted round hands the next one: the rows it verified (the graphs kept compiled)."""
+        return self.verify_widths
 
     def propose(self, width: int | None = None, whole_block: bool = False) -> torch.Tensor:
         """[B, w] blocks to verify: each row's last committed token, then w-1 drafted tokens (w = ``width``, at
@@ -169,7 +173,10 @@ class DFlashTreeProposer(DFlashProposer):
     """
 
     drafts_trees = True  # a target with recurrent layers refuses trees (one state per branch)
-    drafts_any_width = drafts_head_by_width = False  # a tree is verified whole
+    # propose(width): with adaptive_width=True the width policy picks each round's node budget, the tree of the best
+    # width - 1 candidates of the same table; one pass drafts every level, so any budget costs the same drafting
+    drafts_any_width = True
+    drafts_head_by_width = False
 
     def __init__(self, drafter: DFlashDraftModel, target, block_size: int | None, compile_steps: bool,
                  tree_nodes: int, top_k: int | None):
@@ -192,7 +199,17 @@ class DFlashTreeProposer(DFlashProposer):
         logprobs = torch.log_softmax(self.lm_head(hidden[:, 1:]).float(), dim=-1)  # [B, D, V], D = W - 1
         return logprobs.topk(self.top_k, dim=-1)  # values, indices: [B, D, K]
 
-    def propose(self) -> TreeProposal:
+    def _context_widths(self) -> set[int]:
+        return {self.draft_width}  # the verify hands back its accepted path: depth + 1 rows at any budget
+
+    def levels(self, width: int) -> int:
+        """Drafter levels a tree of ``width`` nodes needs: all of them (one forward drafts the whole block)."""
+        return self.depth
+
+    def propose(self, width: int | None = None, whole_block: bool = False) -> TreeProposal:
+        """Each row's tree of ``width`` nodes (None: tree_nodes), the root included: the best width - 1 entries of
+        the candidate table built for tree_nodes (a candidate never outscores its parent, so the smaller tree is part
+        of the larger one, which the width policy's per-budget evidence needs; ``whole_block`` changes nothing)."""
         top_logprobs, top_ids = self._run_drafter(self._top_step)  # [B, D, K]
         batch, frontier, k = top_logprobs.shape[0], self.frontier, self.top_k
         levels = torch.full((batch, self.depth, frontier), float("-inf"), device=top_logprobs.device)  # scores
@@ -207,4 +224,4 @@ class DFlashTreeProposer(DFlashProposer):
             parents[:, d] = (d - 1) * frontier + best // k  # the parent's entry in the flattened table
         roots = self.block_ids[:, :1]
         return best_nodes_tree(levels.flatten(1), tokens.flatten(1), parents.flatten(1), roots.clone(),
-                               self.tree_nodes, self.depth)
+                               width or self.tree_nodes, self.depth)

@@ -34,6 +34,15 @@ SIZE = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_ke
             topk_group=1, first_k_dense_replace=1, kv_lora_rank=16, q_lora_rank=32, qk_rope_head_dim=8,
             qk_nope_head_dim=8, v_head_dim=16, word_embed_proj_dim=64, rotary_dim=8, attention_hidden_size=64,
             d_inner=128)
+# Hybrid types whose default layer pattern, cut to two layers, keeps no attention layer (stock generate then fails
+# too), or whose Mamba sizes do not follow hidden_size: one layer of each kind, as their released checkpoints mix them
+# (Jamba, Bamba-9B, Granite 4.0 H).
+_MAMBA_SIZES = dict(mamba_n_heads=8, mamba_d_head=16, mamba_d_state=16, mamba_chunk_size=16)
+SMALL_LAYOUTS = {
+    "jamba": dict(attn_layer_period=2, attn_layer_offset=1),
+    "bamba": dict(attn_layer_indices=[1], **_MAMBA_SIZES),
+    "granitemoehybrid": dict(layer_types=["linear_attention", "full_attention"], **_MAMBA_SIZES),
+}
 PROMPTS = ((12, 0), (23, 1))  # (length, seed): two prompts per type and mode
 NEW_TOKENS = 16
 # Types that window their attention are walked a second time with every window shrunk to WINDOW tokens and prompts on
@@ -103,6 +112,8 @@ def small_config(model_type: str):
         kinds = list(dict.fromkeys(layer_types))
         config.layer_types = (kinds * SIZE["num_hidden_layers"])[: max(len(kinds), SIZE["num_hidden_layers"])]
         config.num_hidden_layers = len(config.layer_types)
+    for name, value in SMALL_LAYOUTS.get(model_type, {}).items():
+        setattr(config, name, value)
     config.use_cache = True
     config.pad_token_id = None
     config.bos_token_id, config.eos_token_id = 1, None  # no stop token: every call runs NEW_TOKENS

@@ -16,6 +16,9 @@ from hf_specgen.engine.loop import SpeculativeDecoder
 from test_engine import ScriptedProposer
 
 HYBRID_TYPES = ["qwen3_5_text", "qwen3_next", "lfm2"]
+# Mamba-style mixers: Mamba-2 layers beside attention layers (Granite 4.0 H), and a recurrent mixer side by side with
+# attention inside one layer (kind "hybrid")
+SSM_TYPES = ["granitemoehybrid", "zaya"]  # (Falcon-H1, the same kind as Zaya, in the architecture walk: 17 s here)
 # LFM2's default config has attention layers only: give it its short-convolution layers
 LAYERS = {"lfm2": ["conv", "full_attention", "conv"]}
 
@@ -32,7 +35,7 @@ def prompt_of(rng: random.Random, length: int, vocab: int) -> torch.Tensor:
     return torch.tensor([[rng.randrange(3, vocab - 2) for _ in range(length)]])
 
 
-@pytest.mark.parametrize("model_type", HYBRID_TYPES)
+@pytest.mark.parametrize("model_type", HYBRID_TYPES + SSM_TYPES)
 def test_partly_accepted_drafts_roll_the_recurrent_states_back(model_type):
     """A drafter that knows the target's continuation, corrupted at random: every acceptance length occurs, and the
     tokens and the logits of every new position are stock greedy's, so each round's states were put back and re-fed
@@ -73,7 +76,7 @@ def assistant_for(call: str, target):
     return _assistant(mode, target)
 
 
-@pytest.mark.parametrize("model_type", HYBRID_TYPES)
+@pytest.mark.parametrize("model_type", HYBRID_TYPES + ["zaya"])
 def test_every_chain_mode_gives_stock_tokens_alone_and_in_padded_batches(model_type):
     target = hybrid_target(model_type, seed=2)
     vocab = target.get_input_embeddings().num_embeddings
@@ -173,6 +176,21 @@ def test_a_model_keeping_state_outside_its_cache_layers_is_refused():
     with pytest.raises(ValueError, match="recurrent layers keep state outside"):
         target.generate(torch.tensor([[5, 9, 22, 41]]), speculative_mode="autoregressive", max_new_tokens=4,
                         do_sample=False)
+
+
+@pytest.mark.parametrize("model_type, named", [
+    ("jamba", "from a zero state, ignoring the state their cache holds"),  # transformers' reference Mamba scan
+    ("inkling_text", "take positions from the cache's length"),  # relative position biases from get_query_offset
+])
+def test_recurrent_targets_that_cannot_verify_several_tokens_exactly_are_refused(model_type, named):
+    """Jamba's Mamba layers run a forward of several tokens from a zero state whatever their cache holds (its verify
+    logits drifted up to 8e-3 from stock's while the tokens still matched); Inkling's attention reads its positions
+    from the cache's length. Both are refused before decoding, with the reason, instead of decoding near-right logits
+    that a longer call would turn into wrong tokens."""
+    target = hybrid_target(model_type)
+    with pytest.raises(ValueError, match=named):
+        target.generate(torch.tensor([[5, 9, 22, 41, 7, 13]]), assistant_model=_assistant("dflash", target),
+                        speculative_mode="dflash", max_new_tokens=8, do_sample=False)
 
 
 def test_a_hybrid_draft_model_is_refused_with_the_fix():

@@ -68,18 +68,45 @@ class RowStaticLayer(StaticLayer):
         return int(self.row_lengths.max()) if self.is_initialized else 0
 
 
+class RowStaticHybridLayer(LinearAttentionLayer, RowStaticLayer):
+    """A layer that runs attention and a recurrent mixer side by side (Falcon-H1, Zamba2; transformers' kind
+    "hybrid"): K/V with per-row write positions, and conv / recurrent states that :func:`snapshot_states` and
+    :func:`restore_states` roll back like a linear-attention layer's (transformers' static counterpart is
+    ``LinearAttentionAndStaticFullAttentionLayer``, which writes every row at one position)."""
+
+    def __init__(self, max_cache_len: int, batch_size: int = 1, device: torch.device | str = "cpu",
+                 number_of_states: int = 1):
+        RowStaticLayer.__init__(self, max_cache_len, batch_size, device)
+        LinearAttentionLayer.__init__(self, number_of_states=number_of_states)
+
+    def lazy_initialization(self, *args, **kwargs) -> None:
+        if args:  # update(key_states, value_states): the attention half
+            RowStaticLayer.lazy_initialization(self, *args)
+        else:  # update_conv_state / update_recurrent_state: keyword states
+            LinearAttentionLayer.lazy_initialization(self, **kwargs)
+
+
 def static_cache(max_cache_len: int, num_layers: int, batch_size: int = 1, device: torch.device | str = "cpu",
-                 recurrent_layers: list[int] | tuple[int, ...] = ()) -> Cache:
+                 recurrent_layers: list[int] | tuple[int, ...] = (), hybrid_layers: list[int] | tuple[int, ...] = (),
+                 states_per_layer: int = 1) -> Cache:
     """A cache of ``num_layers`` full-attention static layers with per-row write positions, except at
     ``recurrent_layers``: transformers' ``LinearAttentionLayer`` there (fixed-shape conv / recurrent states, written
-    in place), which :func:`snapshot_states` and :func:`restore_states` roll back.
+    in place), which :func:`snapshot_states` and :func:`restore_states` roll back; or, at those of them also in
+    ``hybrid_layers``, a :class:`RowStaticHybridLayer` (both). ``states_per_layer``: the conv / recurrent states
+    each of those layers keeps (a config's ``number_of_conv_states``, as transformers' caches read it).
 
     Built from our own layers rather than ``StaticCache(config)``: a config with sliding-window layers would get
     ring buffers, which cannot be rolled back; here every layer keeps the whole sequence and the masks apply the
     windows (``DecodingSession.target_mask``).
     """
-    return Cache(layers=[LinearAttentionLayer() if i in recurrent_layers
-                         else RowStaticLayer(max_cache_len, batch_size, device) for i in range(num_layers)])
+    def layer(i: int):
+        if i in hybrid_layers:
+            return RowStaticHybridLayer(max_cache_len, batch_size, device, states_per_layer)
+        if i in recurrent_layers:
+            return LinearAttentionLayer(number_of_states=states_per_layer)
+        return RowStaticLayer(max_cache_len, batch_size, device)
+
+    return Cache(layers=[layer(i) for i in range(num_layers)])
 
 
 def _state_layers(cache: Cache) -> list[LinearAttentionLayer]:
@@ -124,14 +151,17 @@ class CachePool:
         self.keep = keep
         self._key, self._cache = None, None
 
-    def get(self, capacity: int, num_layers: int, batch_size: int, device, recurrent_layers=()) -> Cache:
-        key = (capacity, num_layers, batch_size, str(device), tuple(recurrent_layers))
+    def get(self, capacity: int, num_layers: int, batch_size: int, device, recurrent_layers=(),
+            hybrid_layers=(), states_per_layer: int = 1) -> Cache:
+        key = (capacity, num_layers, batch_size, str(device), tuple(recurrent_layers), tuple(hybrid_layers),
+               states_per_layer)
         if self.keep and key == self._key:
             set_cache_length(self._cache, 0)
             for layer in _state_layers(self._cache):
                 layer.reset()  # the next forward is a prefill: states start from zero
             return self._cache
-        cache = static_cache(capacity, num_layers, batch_size, device, recurrent_layers)
+        cache = static_cache(capacity, num_layers, batch_size, device, recurrent_layers, hybrid_layers,
+                             states_per_layer)
         if self.keep:
             self._key, self._cache = key, cache
         return cache

@@ -30,8 +30,8 @@ from .cache import CachePool, restore_states, set_cache_length, snapshot_states
 from .graphs import CACHE_BUCKET, StepRunner
 from .session import DecodingSession
 from .stats import RoundClock, SpeculativeStats
-from .support import (attention_layout, cache_keyword, check_target, layer_masks, model_type, padded_prefill_reason,
-                      rollback_layer_indices, rollback_mode_reason)
+from .support import (attention_layout, cache_keyword, check_target, hybrid_layer_indices, layer_masks, model_type,
+                      padded_prefill_reason, rollback_layer_indices, rollback_mode_reason, states_per_recurrent_layer)
 from .taps import decoder_layers, tapped
 from .tree import TreeProposal, accept_greedy, accept_sampling, accepted_within_budgets, compact_path
 from .verify import accept_block, process_block_logits, target_choices
@@ -169,6 +169,8 @@ class SpeculativeDecoder:
         # Linear-attention / conv layers (Qwen3.5, Qwen3-Next, LFM2, ...): snapshotted before each verify and re-fed
         # the committed tokens after it (_roll_back_states); empty for attention-only targets
         self._state_layers = rollback_layer_indices(target)
+        self._hybrid_layers = hybrid_layer_indices(target)  # of those, the ones that keep K/V as well
+        self._states_per_layer = states_per_recurrent_layer(target)
         self._tree_budgets: list[int] = []  # the width policy's tree budgets (set per call; empty: no tree policy)
         # A compiled decoder serves every later call on its target (graphs and caches reused): calls take turns.
         self._lock = threading.Lock()
@@ -268,7 +270,7 @@ class SpeculativeDecoder:
         dtype = target.get_input_embeddings().weight.dtype
         session = DecodingSession(input_ids, attention_mask, capacity, width, dtype, attention_layout(target))
         self.cache = self._caches.get(capacity, len(decoder_layers(target)), batch, input_ids.device,
-                                      self._state_layers)
+                                      self._state_layers, self._hybrid_layers, self._states_per_layer)
         session.attach(self.cache)
         # Eager steps attend only the slots in use: every slot a round may write is below the longest row's
         # last slot + the round's verified rows + the proposer's margin when it drafts (compiled steps keep the

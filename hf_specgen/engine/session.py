@@ -185,6 +185,9 @@ class DecodingSession:
         query = query_index[:, :, None]  # [B, Q, 1]
         masks = {}
         for layer_type, (kind, size) in self.target_layout["windows"].items():
+            if kind == "recurrent":  # recurrent layers take no mask once no new token is padding (support.layer_masks)
+                masks[layer_type] = None
+                continue
             if kind == "sliding":
                 ok = allowed & (query - columns < size)
             elif kind == "chunked":
@@ -193,7 +196,7 @@ class DecodingSession:
             else:
                 ok = allowed
             masks[layer_type] = self.mask_from(ok)
-        return masks if self.target_layout["per_layer_type"] else next(iter(masks.values()))
+        return masks if self.target_layout["per_layer_type"] else next(m for m in masks.values() if m is not None)
 
     def context_and_region(self, starts: torch.Tensor, region_allowed: torch.Tensor,
                            region_starts: torch.Tensor | None = None) -> torch.Tensor:

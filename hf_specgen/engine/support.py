@@ -42,8 +42,11 @@ RECURRENT_LAYER_TYPES = {"linear_attention", "conv", "hybrid", "hybrid_sliding",
 # Kinds without any cache (transformers maps these legacy names to its DummyLayer): nothing to roll back.
 STATELESS_LAYER_TYPES = {"mlp", "moe", "dummy"}
 # Recurrent kinds whose whole state is a fixed-shape conv / recurrent state in transformers' LinearAttentionLayer
-# (``STATIC_LAYER_TYPE_MAPPING``): snapshots of those tensors roll them back exactly.
-ROLLBACK_LAYER_TYPES = {"linear_attention", "conv"}
+# (``STATIC_LAYER_TYPE_MAPPING``): snapshots of those tensors roll them back exactly. Hybrid kinds (Falcon-H1, Zamba2:
+# attention and a Mamba mixer side by side in one layer) keep such a state beside their K/V (transformers'
+# LinearAttentionAnd...AttentionLayer; ours: cache.RowStaticHybridLayer).
+HYBRID_LAYER_TYPES = {"hybrid", "hybrid_sliding"}
+ROLLBACK_LAYER_TYPES = {"linear_attention", "conv"} | HYBRID_LAYER_TYPES
 # Module class names of layers that carry a recurrent state (checked for types whose config has no layer_types).
 RECURRENT_MODULE_MARKERS = ("Mamba", "Rwkv", "RWKV", "xLSTM", "Xlstm", "Recurrent", "RgLru", "RGLRU",
                             "GatedDeltaNet", "LinearAttention", "ShortConv", "Ssm", "SSM")
@@ -87,16 +90,43 @@ def rollback_layer_indices(model) -> list[int]:
     return [i for i, kind in enumerate(kinds) if kind in ROLLBACK_LAYER_TYPES]
 
 
+def states_per_recurrent_layer(model) -> int:
+    """Conv / recurrent states each recurrent layer keeps (transformers' caches read ``number_of_conv_states``)."""
+    return int(getattr(text_config(model), "number_of_conv_states", None) or 1)
+
+
+def hybrid_layer_indices(model) -> list[int]:
+    """Indices of the decoder layers that keep K/V and a recurrent state both (kinds in HYBRID_LAYER_TYPES)."""
+    kinds = getattr(text_config(model), "layer_types", None) or []
+    return [i for i, kind in enumerate(kinds) if kind in HYBRID_LAYER_TYPES]
+
+
+# Keys under which transformers' models read a recurrent layer's (2D padding) mask in their per-kind mask mapping.
+RECURRENT_MASK_NAMES = {"linear_attention", "conv"}
+
+
+def mask_names(layer_type: str) -> tuple[str, ...]:
+    """The keys of transformers' per-kind mask mapping that a layer of ``layer_type`` may read: its own kind, or for
+    a hybrid layer (attention and a recurrent mixer side by side) also the names models give its two halves (Falcon-H1
+    reads "full_attention" and "linear_attention", Zaya its kind and "conv", Inkling "sliding_attention")."""
+    if layer_type in HYBRID_LAYER_TYPES:
+        attention = "sliding_attention" if layer_type == "hybrid_sliding" else "full_attention"
+        return (layer_type, attention, *sorted(RECURRENT_MASK_NAMES))
+    return (layer_type,)
+
+
 def layer_masks(model, mask, padding: torch.Tensor | None = None):
-    """The ``attention_mask`` of a target forward: the engine's 4D mask, or, when some new tokens of a model with
-    recurrent layers are padding (a left-padded prefill), transformers' per-kind mapping (its hybrid models take a
-    dict of masks by layer kind): the 4D mask for attention layers and the 2D padding mask ``padding`` [B, T] for
-    recurrent ones, which zero the padded rows' inputs as stock generate has them do. Without padding the 4D mask
-    alone gives recurrent layers no mask, as transformers' ``create_recurrent_attention_mask`` does then."""
+    """The ``attention_mask`` of a target forward: the engine's mask (4D, or a dict of them by layer kind), or, when
+    some new tokens of a model with recurrent layers are padding (a left-padded prefill), transformers' per-kind
+    mapping (its hybrid models take a dict of masks by layer kind): the 4D mask for attention layers and the 2D
+    padding mask ``padding`` [B, T] for recurrent ones, which zero the padded rows' inputs as stock generate has them
+    do. Without padding the 4D mask alone gives recurrent layers no mask, as transformers'
+    ``create_recurrent_attention_mask`` does then."""
     if padding is None or not rollback_layer_indices(model):
         return mask
-    kinds = set(getattr(text_config(model), "layer_types", None) or [])
-    return {kind: padding if kind in ROLLBACK_LAYER_TYPES else mask for kind in kinds}
+    kinds = {name for kind in getattr(text_config(model), "layer_types", None) or [] for name in mask_names(kind)}
+    return {kind: padding if kind in RECURRENT_MASK_NAMES else (mask[kind] if isinstance(mask, dict) else mask)
+            for kind in kinds}
 
 
 def padded_prefill_reason(model) -> str | None:
@@ -150,6 +180,32 @@ def layer_state_reason(model) -> str | None:
     return None
 
 
+def cache_position_reason(model) -> str | None:
+    """Attention that takes its positions from the cache's length (``cache.get_query_offset``: Inkling's relative
+    position biases) instead of the position ids: the engine's cache has one length per batch row, and a verify's
+    rows sit past the visible slots, so such positions would be wrong. Read from the layers' source, once."""
+    def reads_cache_positions() -> list[str]:
+        try:
+            layers = decoder_layers(model)
+        except ValueError:
+            return []  # (refused later, by check_target, with the reason)
+        names = set()
+        for cls in {type(module) for module in layers.modules()}:
+            try:
+                source = inspect.getsource(cls.forward)
+            except (OSError, TypeError):
+                continue
+            if "get_query_offset(" in source:
+                names.add(cls.__name__)
+        return sorted(names)
+
+    names = _remembered(_CACHE_POSITIONS, model, reads_cache_positions)
+    if names:
+        return (f"its {', '.join(names)} modules take positions from the cache's length (get_query_offset) rather "
+                "than the position ids each batch row is given")
+    return None
+
+
 def alibi_reason(model) -> str | None:
     cfg = text_config(model)
     attn_config = getattr(cfg, "attn_config", None)
@@ -161,7 +217,8 @@ def alibi_reason(model) -> str | None:
 
 def attention_layout(model) -> dict | None:
     """How the target's layers window their attention, for ``DecodingSession.target_mask``: {"windows": {layer type:
-    (kind, size)}, "per_layer_type": bool}, kind "full" / "sliding" / "chunked"; None when every layer attends the
+    (kind, size)}, "per_layer_type": bool}, kind "full" / "sliding" / "chunked" / "recurrent" (keyed by the names
+    of ``mask_names``: a hybrid layer's attention and recurrent halves apart); None when every layer attends the
     whole sequence. A target whose layers differ takes one mask per layer type (transformers' models index their
     ``attention_mask`` dict by ``config.layer_types``); one whose layers all slide takes one mask."""
     return declared_attention_layout(text_config(model))
@@ -228,14 +285,16 @@ def declared_attention_layout(cfg) -> dict | None:
             return {"windows": {"sliding_attention": ("sliding", int(sliding))}, "per_layer_type": False}
         return None
     windows = {}
-    for layer_type in dict.fromkeys(layer_types):
-        if layer_type == "sliding_attention" and sliding:
-            windows[layer_type] = ("sliding", int(sliding))
-        elif layer_type == "chunked_attention" and chunk:
-            windows[layer_type] = ("chunked", int(chunk))
+    for name in dict.fromkeys(name for layer_type in layer_types for name in mask_names(layer_type)):
+        if name in ("sliding_attention", "hybrid_sliding") and sliding:
+            windows[name] = ("sliding", int(sliding))
+        elif name == "chunked_attention" and chunk:
+            windows[name] = ("chunked", int(chunk))
+        elif name in RECURRENT_MASK_NAMES:  # a recurrent layer's mask: None without padding (see layer_masks)
+            windows[name] = ("recurrent", None)
         else:
-            windows[layer_type] = ("full", None)
-    if all(kind == "full" for kind, _ in windows.values()):
+            windows[name] = ("full", None)
+    if all(kind in ("full", "recurrent") for kind, _ in windows.values()):
         return None
     return {"windows": windows, "per_layer_type": len(windows) > 1}
 
@@ -272,6 +331,7 @@ _PROBED: "weakref.WeakKeyDictionary[nn.Module, str | None]" = weakref.WeakKeyDic
 _WINDOWS_FOLLOWED: "weakref.WeakKeyDictionary[nn.Module, bool]" = weakref.WeakKeyDictionary()
 _RECURRENT_MODULES: "weakref.WeakKeyDictionary[nn.Module, list[str]]" = weakref.WeakKeyDictionary()
 _MASK_MAPPING: "weakref.WeakKeyDictionary[nn.Module, str | None]" = weakref.WeakKeyDictionary()
+_CACHE_POSITIONS: "weakref.WeakKeyDictionary[nn.Module, list[str]]" = weakref.WeakKeyDictionary()
 _REMEMBERED_LOCK = threading.RLock()  # a probe may ask for another remembered fact
 
 
@@ -317,7 +377,8 @@ def _probe_reason(model) -> str | None:
 
     reference = model(input_ids=tokens[None]).logits[0, 3:].float()  # [3, V]
     session = DecodingSession(tokens[None], None, 16, 3, dtype, attention_layout(model))
-    cache = static_cache(16, len(decoder_layers(model)), 1, device, recurrent_layers)
+    cache = static_cache(16, len(decoder_layers(model)), 1, device, recurrent_layers, hybrid_layer_indices(model),
+                         states_per_recurrent_layer(model))
     key = cache_keyword(model)
 
     def run(ids, start):  # ids [1, 3] at positions start..start+2 over the cache
@@ -332,6 +393,9 @@ def _probe_reason(model) -> str | None:
         run(tokens.flip(0)[None, :3], 3)
         restore_states(cache, saved)
         set_cache_length(cache, 3)
+        reason = _ignored_state_reason(cache, saved, lambda: run(tokens[None, 3:], 3))
+        if reason:
+            return reason
     ours = run(tokens[None, 3:], 3)
     tolerance = 1e-3 if dtype == torch.float32 else 5e-2
     relative_error = float((ours - reference).abs().max() / reference.abs().max().clamp(min=1e-6))
@@ -339,6 +403,32 @@ def _probe_reason(model) -> str | None:
         f"its logits under a static cache and 4D attention masks differ from a plain forward's (relative error "
         f"{relative_error:.2g}): its attention does not follow the masks and cache positions it is given"
         + (", or its recurrent layers keep state outside their cache layers" if recurrent_layers else ""))
+
+
+def _ignored_state_reason(cache, saved, verify) -> str | None:
+    """Why a multi-token forward over ``cache`` (``verify``: three tokens after the three cached ones) cannot be a
+    verify: its logits stay the same when the recurrent states it is given are zeroed, so it starts from a zero state
+    whatever the cache holds (transformers' reference Mamba scan in Jamba, Mamba, Falcon-Mamba), and only single-token
+    steps would be exact. None when the states matter (or the layers keep only conv states). Leaves the cache as
+    ``saved``, at length 3."""
+    from .cache import _state_layers, restore_states, set_cache_length
+
+    recurrent = [state for layer in _state_layers(cache) for state in layer.recurrent_states.values()
+                 if state is not None]
+    if not recurrent or not any(bool(state.any()) for state in recurrent):
+        return None
+    with_states = verify()
+    restore_states(cache, saved)
+    set_cache_length(cache, 3)
+    for state in recurrent:
+        state.zero_()
+    without_states = verify()
+    restore_states(cache, saved)
+    set_cache_length(cache, 3)
+    if torch.equal(with_states, without_states):
+        return ("its recurrent layers run a forward of several tokens from a zero state, ignoring the state their "
+                "cache holds, so a verify of several drafts cannot be exact")
+    return None
 
 
 def rollback_mode_reason(model, drafts_trees: bool) -> str | None:
@@ -359,7 +449,8 @@ def check_target(model, capacity: int, reads_hidden_states: bool, prompt_len: in
     if getattr(model.config, "is_encoder_decoder", False):
         raise ValueError(f"{kind!r} is an encoder-decoder model: speculative modes support decoder-only targets "
                          "(AutoModelForCausalLM).")
-    for reason in (recurrent_state_reason(model), layer_state_reason(model), alibi_reason(model)):
+    for reason in (recurrent_state_reason(model), layer_state_reason(model), alibi_reason(model),
+                   cache_position_reason(model)):
         if reason:
             raise ValueError(
                 f"Speculative modes cannot decode model type {kind!r} exactly: {reason}. Use stock generate() for "

@@ -69,7 +69,7 @@ class RowStaticLayer(StaticLayer):
 
 
 class RowStaticHybridLayer(LinearAttentionLayer, RowStaticLayer):
-    """A layer that runs attention and a recurrent mixer side by side (Falcon-H1, Zamba2; transformers' kind
+    """A layer that runs attention and a recurrent mixer side by side (Falcon-H1, Zaya; transformers' kind
     "hybrid"): K/V with per-row write positions, and conv / recurrent states that :func:`snapshot_states` and
     :func:`restore_states` roll back like a linear-attention layer's (transformers' static counterpart is
     ``LinearAttentionAndStaticFullAttentionLayer``, which writes every row at one position)."""

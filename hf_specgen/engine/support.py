@@ -42,7 +42,7 @@ RECURRENT_LAYER_TYPES = {"linear_attention", "conv", "hybrid", "hybrid_sliding",
 # Kinds without any cache (transformers maps these legacy names to its DummyLayer): nothing to roll back.
 STATELESS_LAYER_TYPES = {"mlp", "moe", "dummy"}
 # Recurrent kinds whose whole state is a fixed-shape conv / recurrent state in transformers' LinearAttentionLayer
-# (``STATIC_LAYER_TYPE_MAPPING``): snapshots of those tensors roll them back exactly. Hybrid kinds (Falcon-H1, Zamba2:
+# (``STATIC_LAYER_TYPE_MAPPING``): snapshots of those tensors roll them back exactly. Hybrid kinds (Falcon-H1, Zaya:
 # attention and a Mamba mixer side by side in one layer) keep such a state beside their K/V (transformers'
 # LinearAttentionAnd...AttentionLayer; ours: cache.RowStaticHybridLayer).
 HYBRID_LAYER_TYPES = {"hybrid", "hybrid_sliding"}

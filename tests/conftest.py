@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 
 import pytest
@@ -12,6 +13,11 @@ from transformers import (
 )
 
 import hf_specgen
+
+# Under pytest-xdist (the README's `-n auto`) each worker is one process per core: one torch thread each, so the
+# workers do not fight over the cores (two threads per worker on a 2-core machine made every step wait).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)
 
 VOCAB = 256
 MASK_TOKEN = VOCAB - 1  # reserved: never in test prompts

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.xdist_group("space")  # with test_space_browser, on one worker (see there)
 
 
 @pytest.fixture(scope="module")

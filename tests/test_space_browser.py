@@ -14,10 +14,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.skipif(
     CHROMIUM is None or DRIVER is None,
     reason="Debian's chromium and chromium-driver are not installed (`apt-get install chromium chromium-driver`, "
-           "as .ci/run does)")
+           "as .ci/run does)"),
+    pytest.mark.xdist_group("space")]  # one worker runs both Space modules: their servers never race for a port
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ import torch
 
 from hf_specgen.engine.cache import set_cache_length, static_cache
 from hf_specgen.engine.session import DecodingSession
+from hf_specgen.engine.support import cache_keyword
 from hf_specgen.engine.tree import TreeProposal, accept_greedy, accept_sampling, compact_path
 
 from conftest import make_target, random_prompt
@@ -32,12 +33,13 @@ def test_tree_forward_equals_sequential_forwards_and_compaction_equals_sequentia
     start = committed.shape[1] - 1
     session = DecodingSession(committed, None, 64, n, torch.float32)
     cache = static_cache(64, target.config.num_hidden_layers)
+    key = cache_keyword(target)  # "cache" where transformers renamed it (the old name warns there)
     target(input_ids=committed[:, :start], position_ids=session.positions[:, :start],
-           attention_mask=session.causal_mask(0, start), past_key_values=cache, use_cache=True)
+           attention_mask=session.causal_mask(0, start), **{key: cache}, use_cache=True)
     starts = torch.tensor([start])
     positions = session.positions[:, start: start + 1] + tree.depths
     logits = target(input_ids=tree.tokens, position_ids=positions, attention_mask=session.tree_mask(starts, tree.ancestors, tree.depths),
-                    past_key_values=cache, use_cache=True).logits[0]
+                    **{key: cache}, use_cache=True).logits[0]
     for node in range(n):
         seq = torch.cat([committed, tree.path_tokens(0, node)], dim=1)
         expect = target(seq).logits[0, -1]
@@ -48,7 +50,7 @@ def test_tree_forward_equals_sequential_forwards_and_compaction_equals_sequentia
     set_cache_length(cache, start + len(path))
     reference = static_cache(64, target.config.num_hidden_layers)
     seq = torch.cat([committed, tree.tokens[:, [1, 4]]], dim=1)
-    target(input_ids=seq, position_ids=torch.arange(seq.shape[1])[None], past_key_values=reference, use_cache=True)
+    target(input_ids=seq, position_ids=torch.arange(seq.shape[1])[None], **{key: reference}, use_cache=True)
     for got, ref in zip(cache.layers, reference.layers):
         length = start + len(path)
         torch.testing.assert_close(got.keys[:, :, :length], ref.keys[:, :, :length], atol=1e-5, rtol=1e-4)

@@ -16,6 +16,7 @@ import time
 import torch
 from transformers import AutoModelForCausalLM
 
+from hf_specgen.engine.support import cache_keyword
 from hf_specgen.targets import resolve_target
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -29,7 +30,7 @@ def forward_ms(model, n_tokens: int, context: int, repeats: int) -> float:
     for _ in range(repeats + 1):  # the first run warms up allocations
         cache = model(ids[:, :context], use_cache=True).past_key_values
         start = time.perf_counter()
-        model(ids[:, context:], past_key_values=cache, use_cache=True)
+        model(ids[:, context:], **{cache_keyword(model): cache}, use_cache=True)
         times.append(time.perf_counter() - start)
     return 1000 * statistics.median(times[1:])
 

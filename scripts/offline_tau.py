@@ -38,7 +38,7 @@ def main() -> None:
     rows = [row for n in args.shards for row in read_jsonl(f"{DATA}/train-{n:05d}.jsonl.gz")]
     examples = chat_examples(tokenizer, rows, 512)
     examples = examples[:: max(len(examples) // args.answers, 1)][: args.answers]
-    print(f"| drafter | offline tau | judged |\n|---|---|---|")
+    print("| drafter | offline tau | judged |\n|---|---|---|")
     for spec in args.drafters:
         mode, _, folder = spec.partition("=")
         if mode not in ("dflash", "eagle3") or not folder:

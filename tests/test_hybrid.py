@@ -119,7 +119,7 @@ def test_fly_on_a_hybrid_target_judges_with_the_logits_of_a_clean_forward():
     assert kept_mismatches > 0  # FLy did keep mismatched drafts: its rollback path was exercised
 
 
-@pytest.mark.parametrize("model_type", ["qwen3_5_text", "lfm2"])
+@pytest.mark.parametrize("model_type", ["qwen3_5_text", "lfm2", "zaya"])
 def test_compiled_chain_steps_roll_the_recurrent_states_back(model_type, monkeypatch):
     """torch.compile'd verify steps (inductor on a CPU; CUDA graphs are scripts/gpu_check.py's) with drafts of which
     two of three are right, so every round restores the states and re-feeds three committed rows between graph calls."""

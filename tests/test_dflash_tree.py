@@ -13,6 +13,26 @@ from conftest import make_dflash, make_target, random_prompt
 from test_batch import padded_batch
 
 
+def most_probable_prefixes(values: torch.Tensor, indices: torch.Tensor, count: int) -> list[tuple[int, ...]]:
+    """Brute force: every prefix of drafted tokens (at block position d, one of the K candidates ``indices[d]``, with
+    log-probabilities ``values[d]``; [D, K] each), scored by the sum along it; the ``count`` best, shallower first at
+    a tie."""
+    scored = {}
+    for depth in range(1, values.shape[0] + 1):
+        for picks in itertools.product(range(values.shape[1]), repeat=depth):
+            prefix = tuple(int(indices[d, k]) for d, k in enumerate(picks))
+            scored[prefix] = float(sum(values[d, k] for d, k in enumerate(picks)))
+    return sorted(scored, key=lambda p: (-scored[p], len(p)))[:count]
+
+
+def tree_paths(tree) -> list[tuple[int, ...]]:
+    """Batch row 0 of a tree proposal as the token path from the root's child down to each node."""
+    tokens, parents = tree.tokens[0].tolist(), tree.parents[0].tolist()
+    paths = {}
+    for node in range(1, len(tokens)):
+        paths[node] = (paths[parents[node]] if parents[node] > 0 else ()) + (tokens[node],)
+    return list(paths.values())
+
 @pytest.mark.parametrize("family", ["qwen3", "llama", "qwen2", "mistral"])
 def test_trees_of_every_budget_equal_stock_greedy(family):
     target = make_target(family)
@@ -101,18 +121,7 @@ def test_the_tree_is_the_most_probable_prefixes():
         DFlashTreeProposer._draft_top_step, DFlashTreeProposer.propose = original, propose
     assert len(trees) >= 2
     for (values, indices), tree in zip(seen, trees):
-        values, indices = values[0], indices[0]  # [D, K]
-        scored = {}
-        for depth in range(1, values.shape[0] + 1):
-            for picks in itertools.product(range(values.shape[1]), repeat=depth):
-                prefix = tuple(int(indices[d, k]) for d, k in enumerate(picks))
-                scored[prefix] = float(sum(values[d, k] for d, k in enumerate(picks)))
-        best = sorted(scored, key=lambda p: (-scored[p], len(p)))[:6]
-        tokens, parents = tree.tokens[0].tolist(), tree.parents[0].tolist()
-        paths = {}
-        for node in range(1, len(tokens)):
-            paths[node] = (paths[parents[node]] if parents[node] > 0 else ()) + (tokens[node],)
-        assert sorted(paths.values()) == sorted(best)
+        assert sorted(tree_paths(tree)) == sorted(most_probable_prefixes(values[0], indices[0], 6))
 
 
 def test_tree_settings_that_cannot_work_say_so():

@@ -4,7 +4,6 @@ loaded; an explicit block keeps the fixed width."""
 
 from __future__ import annotations
 
-import itertools
 import random
 import statistics
 import time
@@ -21,6 +20,7 @@ from hf_specgen.engine import width_policy
 from hf_specgen.engine.support import engine_probe_reason
 from hf_specgen.engine.width_policy import AcceptanceEstimate, CostTable, WidthPolicy
 from test_batch import padded_batch
+from test_dflash_tree import most_probable_prefixes, tree_paths
 
 
 @pytest.fixture
@@ -31,17 +31,24 @@ def random_widths(monkeypatch):
     return rng
 
 
+def _exact_on_padded_batch(target, rng, lengths, new, **speculative):
+    """A left-padded batch of prompts of ``lengths`` decoded with ``speculative`` generate() arguments: asserts the
+    tokens are stock greedy's and returns the speculative output (with its stats)."""
+    ids, mask = padded_batch(rng, lengths)
+    ref = target.generate(ids, attention_mask=mask, max_new_tokens=new, do_sample=False, eos_token_id=None)
+    out = target.generate(ids, attention_mask=mask, max_new_tokens=new, do_sample=False, eos_token_id=None,
+                          return_dict_in_generate=True, **speculative)
+    assert out.sequences.tolist() == ref.tolist()
+    return out
+
+
 @pytest.mark.parametrize("family", ["qwen3", "llama"])
 def test_any_sequence_of_widths_returns_the_stock_tokens(family, random_widths):
     target = make_target(family, seed=7)
     drafter = make_dflash(target, block_size=8)
     rng = random.Random(5)
     for lengths, new in (([13], 40), ([5, 17, 1, 30], 25), ([9, 1, 22, 4], 31)):
-        ids, mask = padded_batch(rng, lengths)
-        ref = target.generate(ids, attention_mask=mask, max_new_tokens=new, do_sample=False, eos_token_id=None)
-        out = target.generate(ids, attention_mask=mask, assistant_model=drafter, speculative_mode="dflash",
-                              max_new_tokens=new, do_sample=False, eos_token_id=None, return_dict_in_generate=True)
-        assert out.sequences.tolist() == ref.tolist()
+        out = _exact_on_padded_batch(target, rng, lengths, new, assistant_model=drafter, speculative_mode="dflash")
         widths = out.speculative_stats.round_widths
         assert len(widths) == out.speculative_stats.num_rounds and {1, 2, 4, 8} <= set(widths)
 
@@ -417,12 +424,8 @@ def test_classic_default_call_is_exact_under_any_widths_and_its_twin_draft_accep
     # (compiling takes its time: one short call there; batches of the compiled width buckets are covered by DFlash's)
     cases = (([14], 40),) if compiled else (([21], 60), ([6, 19, 11], 45))
     for lengths, new in cases:
-        ids, mask = padded_batch(rng, lengths)
-        ref = target.generate(ids, attention_mask=mask, max_new_tokens=new, do_sample=False, eos_token_id=None)
-        out = target.generate(ids, attention_mask=mask, assistant_model=twin, speculative_mode="classic",
-                              speculative_compile=compiled, max_new_tokens=new, do_sample=False, eos_token_id=None,
-                              return_dict_in_generate=True)
-        assert out.sequences.tolist() == ref.tolist()
+        out = _exact_on_padded_batch(target, rng, lengths, new, assistant_model=twin, speculative_mode="classic",
+                                     speculative_compile=compiled)
         stats = out.speculative_stats
         widths = stats.round_widths
         assert 1 in widths and max(widths) == 8  # plain steps and the default 7 drafts + 1
@@ -478,12 +481,8 @@ def test_eagle3_default_call_is_exact_under_any_widths_and_drafts_from_the_whole
     with pytest.MonkeyPatch.context() as patch:
         seen = _record_single_row_proposals(patch, proposer)
         for lengths, new in (([19], 40), ([7, 15, 2], 30)):
-            ids, mask = padded_batch(rng, lengths)
-            ref = target.generate(ids, attention_mask=mask, max_new_tokens=new, do_sample=False, eos_token_id=None)
-            out = target.generate(ids, attention_mask=mask, assistant_model=drafter, speculative_mode="eagle3",
-                                  max_new_tokens=new, do_sample=False, eos_token_id=None, return_dict_in_generate=True,
-                                  **tree)
-            assert out.sequences.tolist() == ref.tolist()
+            out = _exact_on_padded_batch(target, rng, lengths, new, assistant_model=drafter,
+                                         speculative_mode="eagle3", **tree)
             widths = out.speculative_stats.round_widths
             assert 1 in widths and len(set(widths)) >= 3
     assert len(seen) > 5 and len({drafts.shape[-1] if shape == "chain" else len(drafts) for _, drafts in seen}) >= 2
@@ -585,12 +584,8 @@ def test_whiflash_default_call_is_exact_under_any_widths_and_plain_steps_reach_b
     with pytest.MonkeyPatch.context() as patch:
         seen = _record_single_row_proposals(patch, Eagle3ChainProposer)
         for lengths, new in (([17], 40), ([6, 13, 2], 30)):
-            ids, mask = padded_batch(rng, lengths)
-            ref = target.generate(ids, attention_mask=mask, max_new_tokens=new, do_sample=False, eos_token_id=None)
-            out = target.generate(ids, attention_mask=mask, assistant_model=bundle, speculative_mode="whiflash",
-                                  max_new_tokens=new, do_sample=False, eos_token_id=None,
-                                  return_dict_in_generate=True)
-            assert out.sequences.tolist() == ref.tolist()
+            out = _exact_on_padded_batch(target, rng, lengths, new, assistant_model=bundle,
+                                         speculative_mode="whiflash")
             stats = out.speculative_stats
             assert set(stats.drafter_per_round) == {"eagle3", "dflash", "plain"}
             assert [w == 1 for w in stats.round_widths] == [d == "plain" for d in stats.drafter_per_round]
@@ -671,13 +666,8 @@ def test_adaptive_dflash_trees_are_exact_and_each_budget_is_the_best_prefixes_of
     with pytest.MonkeyPatch.context() as patch:
         seen = _record_single_row_proposals(patch, DFlashTreeProposer)
         for lengths, new in (([16], 36), ([5, 12, 3], 24)):
-            ids, mask = padded_batch(rng, lengths)
-            ref = target.generate(ids, attention_mask=mask, max_new_tokens=new, do_sample=False, eos_token_id=None)
-            out = target.generate(ids, attention_mask=mask, assistant_model=drafter, speculative_mode="dflash",
-                                  dflash_tree_nodes=10, dflash_tree_top_k=3, adaptive_width=True,
-                                  max_new_tokens=new, do_sample=False, eos_token_id=None,
-                                  return_dict_in_generate=True)
-            assert out.sequences.tolist() == ref.tolist()
+            out = _exact_on_padded_batch(target, rng, lengths, new, assistant_model=drafter, speculative_mode="dflash",
+                                         dflash_tree_nodes=10, dflash_tree_top_k=3, adaptive_width=True)
             assert {1, 2, 4, 8, 10} <= set(out.speculative_stats.round_widths)
     assert len({len(tree) for _, tree in seen}) >= 3
     embed, width = target.get_input_embeddings(), drafter.block_size
@@ -689,15 +679,5 @@ def test_adaptive_dflash_trees_are_exact_and_each_budget_is_the_best_prefixes_of
             block = torch.tensor([[int(committed[0, start])] + [drafter.mask_token_id] * (width - 1)])
             h = drafter(embed(block), context, torch.arange(start + width)[None])
             values, indices = torch.log_softmax(target.lm_head(h[0, 1:]).float(), dim=-1).topk(3, dim=-1)
-        scored = {}
-        for depth in range(1, width):
-            for picks in itertools.product(range(3), repeat=depth):
-                prefix = tuple(int(indices[d, k]) for d, k in enumerate(picks))
-                scored[prefix] = float(sum(values[d, k] for d, k in enumerate(picks)))
-        best = sorted(scored, key=lambda p: (-scored[p], len(p)))[: len(tree) - 1]
-        tokens, parents = tree.tokens[0].tolist(), tree.parents[0].tolist()
-        assert tokens[0] == int(committed[0, start])
-        paths = {}
-        for node in range(1, len(tokens)):
-            paths[node] = (paths[parents[node]] if parents[node] > 0 else ()) + (tokens[node],)
-        assert sorted(paths.values()) == sorted(best)
+        assert int(tree.tokens[0, 0]) == int(committed[0, start])
+        assert sorted(tree_paths(tree)) == sorted(most_probable_prefixes(values, indices, len(tree) - 1))

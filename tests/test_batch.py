@@ -106,6 +106,32 @@ def test_rows_that_stop_early_are_padded_like_stock():
         assert out.tolist() == ref.tolist(), (mode, extra)
 
 
+def test_row_dependent_processors_see_each_rows_own_sequence_and_index():
+    """Repetition penalty, min length and a prefix constraint that reads the batch row (``prefix_allowed_tokens_fn``
+    gets stock generate's batch_id: row b may only emit tokens of b's parity) in a padded batch whose rows commit
+    different numbers of tokens per round: the engine hands processors rows of equal length together, and each
+    row its own index."""
+    target = make_target("qwen3", seed=5)
+    twin = make_target("qwen3", seed=5)  # drafts the target's unconstrained choices: some rounds keep several
+    rng = random.Random(4)
+    ids, mask = padded_batch(rng, [9, 20, 14, 3])
+    vocab = target.config.vocab_size
+
+    def same_parity(batch_id, tokens):
+        return list(range(batch_id % 2, vocab, 2))
+
+    common = dict(attention_mask=mask, max_new_tokens=24, do_sample=False, repetition_penalty=1.3,
+                  min_new_tokens=12, eos_token_id=[2, 5], pad_token_id=0, prefix_allowed_tokens_fn=same_parity)
+    ref = target.generate(ids, **common)
+    for b, row in enumerate(ref[:, ids.shape[1]:].tolist()):
+        assert all(token % 2 == b % 2 for token in row if token != 0)
+    out = target.generate(ids, assistant_model=twin, speculative_mode="classic", num_draft_tokens=4,
+                          return_dict_in_generate=True, **common)
+    assert out.sequences.tolist() == ref.tolist()
+    rounds = list(zip(*[row for row in out.speculative_stats.row_acceptance_lengths]))
+    assert any(len(set(committed)) > 1 for committed in rounds)  # rows of one round at different lengths
+
+
 def test_sampling_follows_the_target_distribution_in_every_row():
     """Three prompts of different lengths (three paddings) in one batch: each row's first two tokens follow its own
     warped target distribution."""

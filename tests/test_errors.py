@@ -97,6 +97,15 @@ def test_beam_search(pair):
         spec(*pair, num_beams=2)
 
 
+def test_classifier_free_guidance_is_refused_before_decoding(pair):
+    """guidance_scale's processor keeps a cache of its own, one token per call: a verify would put it out of step
+    (it gave other tokens than stock before this refusal)."""
+    target, drafter = pair
+    with pytest.raises(ValueError, match="guidance_scale"):
+        target.generate(torch.tensor([[3, 4, 5]]), max_new_tokens=4, guidance_scale=1.5, assistant_model=drafter,
+                        speculative_mode="dflash")
+
+
 def test_num_return_sequences(pair):
     with pytest.raises(ValueError, match="num_return_sequences=1"):
         spec(*pair, num_return_sequences=2, do_sample=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 CACHE_BUCKET = 256  # cache sizes are rounded up to this when compiling, so nearby calls reuse graphs
-VISIBLE_BUCKET = 64  # eager steps attend the used cache prefix rounded up to this
+VISIBLE_BUCKET = 8  # eager steps attend the used cache prefix rounded up to this (fewer keys: less attention work)
 
 
 def should_compile(setting, device: torch.device) -> bool:

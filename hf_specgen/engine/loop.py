@@ -34,7 +34,7 @@ from .support import (attention_layout, cache_keyword, check_target, hybrid_laye
                       padded_prefill_reason, rollback_layer_indices, rollback_mode_reason, states_per_recurrent_layer)
 from .taps import decoder_layers, tapped
 from .tree import TreeProposal, accept_greedy, accept_sampling, accepted_within_budgets, compact_path
-from .verify import accept_block, process_block_logits, target_choices
+from .verify import accept_block, check_processors, process_block_logits, target_choices
 from .width_policy import (AcceptanceEstimate, TreeAcceptanceEstimate, WidthPolicy, call_acceptance, cost_key, costs_of,
                            measure_verify_costs, width_buckets)
 
@@ -259,6 +259,7 @@ class SpeculativeDecoder:
         reason = rollback_mode_reason(target, getattr(self.proposer, "drafts_trees", False))
         padded_prefill = bool(self._state_layers) and attention_mask is not None and not bool(attention_mask.all())
         reason = reason or (padded_prefill_reason(target) if padded_prefill else None)
+        check_processors(logits_processor)
         if reason:
             raise ValueError(f"speculative_mode={self.mode!r} cannot decode model type {model_type(target)!r} "
                              f"({type(target).__name__}) exactly: {reason}.")

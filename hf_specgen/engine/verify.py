@@ -17,10 +17,13 @@ from transformers.generation.logits_process import (
     EpsilonLogitsWarper,
     EtaLogitsWarper,
     MinPLogitsWarper,
+    PrefixConstrainedLogitsProcessor,
+    RepetitionPenaltyLogitsProcessor,
     TemperatureLogitsWarper,
     TopKLogitsWarper,
     TopPLogitsWarper,
     TypicalLogitsWarper,
+    UnbatchedClassifierFreeGuidanceLogitsProcessor,
 )
 
 # Processors whose output depends on the scores only, not on the tokens so far: they can run on all block
@@ -35,6 +38,17 @@ _ROW_INDEPENDENT = (
     EpsilonLogitsWarper,
     EtaLogitsWarper,
 )
+
+
+def check_processors(processors: LogitsProcessorList | None) -> None:
+    """Refuse, before decoding, a processor that cannot score a verified block: classifier-free guidance
+    (``guidance_scale``) runs the model again on an unconditional prompt with a cache of its own that advances one
+    token per call, so a block's rows (and rolled-back drafts) would put it out of step: wrong tokens, silently."""
+    for processor in processors or ():
+        if isinstance(processor, UnbatchedClassifierFreeGuidanceLogitsProcessor):
+            raise ValueError("guidance_scale (classifier-free guidance) runs a second, stateful forward of the model "
+                             "for every generated token, which a speculative verify cannot reproduce: drop "
+                             "guidance_scale, or decode without speculative_mode.")
 
 
 def process_block_logits(
@@ -55,16 +69,48 @@ def process_block_logits(
     batch, width, vocab = scores.shape
     if row_tokens is None:
         row_tokens = lambda b, i: draft[b: b + 1, 1: i + 1]  # noqa: E731
+    # Each (batch row, block row) as stock generate would show it: the row's committed tokens, then the drafts
+    # before it. Rows of equal length go through a processor together, as stock generate's batch does (one call
+    # instead of B * W: a min-length processor alone scans the vocabulary each call).
+    groups: dict[int, list[tuple[int, torch.Tensor]]] = {}
+    for b in range(batch):
+        committed = session.row(b)
+        for i in range(width):
+            sequence = torch.cat([committed, row_tokens(b, i)], dim=1)[0]
+            groups.setdefault(len(sequence), []).append((b * width + i, sequence))
     for processor in processors:
         if isinstance(processor, _ROW_INDEPENDENT):  # they read the scores only: all rows at once
             flat = scores.reshape(batch * width, vocab)
             scores = processor(draft.reshape(batch * width, 1), flat).reshape(batch, width, vocab)
-        else:  # each (batch row, block row) sees exactly the sequence stock generate would have shown it
-            scores = torch.stack([
-                torch.cat([processor(torch.cat([session.row(b), row_tokens(b, i)], dim=1), scores[b, i: i + 1])
-                           for i in range(width)])
-                for b in range(batch)])
+            continue
+        flat = scores.reshape(batch * width, vocab)
+        processed = torch.empty_like(flat)
+        for members in groups.values():
+            index = torch.tensor([flat_row for flat_row, _ in members], device=flat.device)
+            call = _for_rows(processor, [flat_row // width for flat_row, _ in members])
+            processed[index] = call(torch.stack([sequence for _, sequence in members]), flat[index])
+        scores = processed.reshape(batch, width, vocab)
     return scores
+
+
+def _for_rows(processor, batch_rows: list[int]):
+    """``processor`` for a call whose i-th input row is batch row ``batch_rows[i]``. Two of transformers' processors
+    know rows by their index in the batch: a repetition penalty skips each row's own left padding
+    (``prompt_ignore_length`` [B]), and a prefix constraint calls ``prefix_allowed_tokens_fn(batch_id, tokens)``.
+    They get the batch rows' own values, as stock generate gives them."""
+    if isinstance(processor, RepetitionPenaltyLogitsProcessor):
+        ignored = getattr(processor, "prompt_ignore_length", None)
+        if isinstance(ignored, torch.Tensor):
+            rows = torch.tensor(batch_rows, device=ignored.device)
+            return RepetitionPenaltyLogitsProcessor(processor.penalty, prompt_ignore_length=ignored[rows])
+        return processor
+    if not isinstance(processor, PrefixConstrainedLogitsProcessor):
+        return processor
+    allowed = getattr(processor, "_prefix_allowed_tokens_fn", None)
+    if allowed is None or getattr(processor, "_num_beams", 1) != 1:
+        raise ValueError("prefix_allowed_tokens_fn: this transformers version's PrefixConstrainedLogitsProcessor "
+                         "is not supported in a speculative call; decode without speculative_mode, or upgrade")
+    return PrefixConstrainedLogitsProcessor(lambda i, tokens: allowed(batch_rows[i], tokens), num_beams=1)
 
 
 def target_choices(scores: torch.Tensor, do_sample: bool) -> torch.Tensor:

@@ -17,6 +17,10 @@
 #                   Dry run on a CPU (flex fails there, 'blocks' runs): PATH=.venv/bin:$PATH TRAIN_MINUTES=0.3
 #                   ANCHOR_BUDGET=512 scripts/gpu_session.sh train /tmp/gpu_dry
 #   stage train_eagle3 : (after train, same machine) the same for an EAGLE-3 drafter
+#   stage scaling : (after stash) issue 26's scaling study: DFlash drafters trained from the target's layers for the same
+#                   SCALING_STEPS steps on the first 8 / 20 / 39 / 77 shards (about 2k / 5k / 10k / 20k answers; shards
+#                   54-55 kept out), each scored by scripts/offline_tau.py on shards 54-55; $OUT/scaling/tau_*.md, logs.
+#                   The table and plot: python scripts/scaling_report.py FOLDER (on the returned files)
 #   stage launch  : (after stash; carries .gpu_carry2) data, DFlash and EAGLE-3 training as jobs that outlive the call,
 #                   gpu_check.py meanwhile; stage collect (the next call, within the 30 s the machine stays warm)
 #                   waits for them and returns everything in <= 15 MB parts of one tar. What the second session ran
@@ -90,33 +94,44 @@ PY
   ls -la "$OUT/$kind/model"
 }
 
+# 2048 anchors of 16 rows a step over the 18k tokens of the data (--train-vocab seen): the float32 logits and their
+# gradient stay near 2.5 GB each (the whole 49k vocabulary at 4096 anchors would be 13 GB each)
+DFLASH=(--block-size 16 --layers 2 --target-layer-ids 1 10 18 27 --init-layers-from-target --mask-token-id 16
+        --gamma 7 --max-anchors 512 --anchor-budget "${ANCHOR_BUDGET:-2048}" --seq-len 512 --train-vocab seen
+        --lr 6e-4 --heldout 64)
+
 case $STAGE in
-launch)  # (after stash; carries .gpu_carry2) the real target, then three jobs in their own sessions, which outlive
-  # this call: data for the unanswered prompts (stage data), a DFlash and an EAGLE-3 drafter trained on the answers
-  # landed before this session (a snapshot, so that held-out answers and data stay fixed while new shards appear);
+launch)  # (after stash; carries .gpu_carry2) the real target, then jobs in their own sessions, which outlive this
+  # call: a DFlash and an EAGLE-3 drafter trained on the answers landed before this session (a snapshot, so that
+  # held-out answers and data stay fixed while new shards appear), the scaling study, and (DATA=1) data;
   # meanwhile scripts/gpu_check.py runs in the foreground. Stage collect gathers what they made.
   prepare_target || exit 1
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
   mkdir -p /root/landed /root/export && cp -r datasets/smollm2-135m-instruct-distill/data /root/landed/
+  rm -f /root/landed/data/train-0005[45].jsonl.gz  # held out: offline_tau.py --shards 54 55 scores every drafter
   echo "snapshot: $(ls /root/landed/data | wc -l) shards"
   export TRAIN_DATA=/root/landed
-  TRAIN_MINUTES=${DFLASH_MINUTES:-13} setsid nohup bash scripts/gpu_session.sh train /root/export \
+  TRAIN_MINUTES=${DFLASH_MINUTES:-9} setsid nohup bash scripts/gpu_session.sh train /root/export \
     > /root/export/train_dflash.log 2>&1 < /dev/null &
-  TRAIN_MINUTES=${EAGLE3_MINUTES:-12} setsid nohup bash scripts/gpu_session.sh train_eagle3 /root/export \
+  TRAIN_MINUTES=${EAGLE3_MINUTES:-8} setsid nohup bash scripts/gpu_session.sh train_eagle3 /root/export \
     > /root/export/train_eagle3.log 2>&1 < /dev/null &
+  # The device time of a session is 15 minutes now (the machine's start included): by default the two drafters,
+  # the scaling study beside them (SCALING=0 to skip) and no data (DATA=1: the 3,840 unanswered prompts).
+  [ "${SCALING:-1}" = 1 ] && setsid nohup bash scripts/gpu_session.sh scaling /root/export \
+    > /root/export/scaling.log 2>&1 < /dev/null &
   # 6 answering processes, not 8: eight took 6.5-10.7 GB of GPU memory each and the DFlash trainer beside them ran
   # out of memory after 8 minutes in the second session.
-  WORKERS=${WORKERS:-6} DATA_SECONDS=${DATA_SECONDS:-840} setsid nohup bash scripts/gpu_session.sh data /root/export \
-    > /root/export/data.log 2>&1 < /dev/null &
+  [ "${DATA:-0}" = 1 ] && WORKERS=${WORKERS:-6} DATA_SECONDS=${DATA_SECONDS:-420} setsid nohup bash \
+    scripts/gpu_session.sh data /root/export > /root/export/data.log 2>&1 < /dev/null &
   sleep 60; tail -n 5 /root/export/*.log
-  python3 scripts/gpu_check.py --out "$OUT/gpu_check" --skip-bench --budget-seconds "$(left ${CHECK_SECONDS:-400})" \
+  python3 scripts/gpu_check.py --out "$OUT/gpu_check" --skip-bench --budget-seconds "$(left ${CHECK_SECONDS:-300})" \
     > "$OUT/gpu_check.log" 2>&1
   echo "gpu_check exit $?"; tail -30 "$OUT/gpu_check.log"
   tail -c 1500 /root/export/*.log; nvidia-smi
   ;;
 collect)  # wait (at most COLLECT_SECONDS) for stage launch's jobs, then everything they made, in <= 15 MB parts
-  while [ "$(left ${COLLECT_SECONDS:-500})" -gt 0 ] && pgrep -f "gpu_session.sh (train|train_eagle3|data) " >/dev/null
+  while [ "$(left ${COLLECT_SECONDS:-300})" -gt 0 ] && pgrep -f "gpu_session.sh (train|train_eagle3|data|scaling) " >/dev/null
   do sleep 10; done
   pgrep -fa "specgen|gpu_session" | head; tail -c 2500 /root/export/*.log
   tar -cf - -C /root export | split -b 15M -d - "$OUT/export.tar.part"
@@ -125,14 +140,25 @@ collect)  # wait (at most COLLECT_SECONDS) for stage launch's jobs, then everyth
 stash)
   ls -la "$STASH"
   ;;
+scaling)
+  prepare_target || exit 1
+  DATA=datasets/smollm2-135m-instruct-distill
+  mkdir -p "$OUT/scaling"
+  for shards in ${SCALING_SHARDS:-8 20 39 77}; do  # the same steps on more answers: what data buys
+    subset=/root/subsets/$shards
+    mkdir -p "$subset/data"
+    ls $DATA/data/*.jsonl.gz | grep -v -E 'train-0005[45]' | head -n "$shards" | xargs -I{} cp {} "$subset/data/"
+    run=/root/runs/scaling-$shards
+    echo "=== scaling: $shards shards, ${SCALING_STEPS:-200} steps"
+    $SPECGEN train dflash --target smollm2-135m-instruct --data "$subset" --out "$run" --mixed-precision bf16 \
+      --max-steps "${SCALING_STEPS:-200}" "${DFLASH[@]}" 2>&1 | tail -c 1000
+    cp "$run/log.json" "$OUT/scaling/log_$shards.json"
+    python3 scripts/offline_tau.py "dflash=$run/model" --shards 54 55 --threads 8 | tee "$OUT/scaling/tau_$shards.md"
+  done
+  ;;
 train)
   prepare_target || exit 1
   nvidia-smi --query-gpu=name,memory.total --format=csv
-  # 2048 anchors of 16 rows a step over the 18k tokens of the data (--train-vocab seen): the float32 logits and
-  # their gradient stay near 2.5 GB each (the whole 49k vocabulary at 4096 anchors would be 13 GB each)
-  DFLASH=(--block-size 16 --layers 2 --target-layer-ids 1 10 18 27 --init-layers-from-target --mask-token-id 16
-          --gamma 7 --max-anchors 512 --anchor-budget "${ANCHOR_BUDGET:-2048}" --seq-len 512 --train-vocab seen
-          --lr 6e-4 --heldout 64)
   train dflash "${TRAIN_MINUTES:-7}" "${DFLASH[@]}" \
     || { echo "flex attention failed: the same run with --attention blocks"; rm -rf /root/runs/dflash;
          train dflash "${TRAIN_MINUTES:-7}" "${DFLASH[@]}" --attention blocks; }

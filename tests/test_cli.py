@@ -180,3 +180,30 @@ def test_batch_curve_decodes_the_same_prompts_at_every_size(tmp_path, capsys):
                 assert point["tau"] >= 1.0
     assert (tmp_path / "batch_curve.png").stat().st_size > 1000
     assert "| dflash b4 " in capsys.readouterr().out
+
+
+def test_batch_curve_methods_take_turns_within_each_repeat():
+    """At each batch size every method is warmed up, then the methods alternate repeat by repeat (a, b, a, b), so a
+    change of load on a shared machine reaches stock generate and the speculative calls alike."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from hf_specgen.bench.batch_curve import run_batch_curve
+
+    calls = []
+
+    class RecordingTarget:
+        generation_config = SimpleNamespace(eos_token_id=None)
+
+        def generate(self, ids, attention_mask=None, pad_token_id=0, return_dict_in_generate=False, tag=None):
+            calls.append((tag, ids.shape[0]))
+            sequences = torch.cat([ids, ids.new_ones(ids.shape[0], 3)], dim=1)  # 3 new tokens per row
+            return SimpleNamespace(sequences=sequences) if return_dict_in_generate else sequences
+
+    prompts = [torch.tensor([[5, 6, 7]])] * 4
+    curve = run_batch_curve(RecordingTarget(), None, prompts, [("a", {"tag": "a"}), ("b", {"tag": "b"})], [1, 4],
+                            repeats=2)
+    assert [tag for tag, rows in calls if rows == 4] == ["a", "b", "a", "b", "a", "b"]
+    assert [tag for tag, rows in calls if rows == 1] == ["a", "b"] + ["a"] * 4 + ["b"] * 4 + ["a"] * 4 + ["b"] * 4
+    assert curve["a"][4]["tokens"] == curve["b"][1]["tokens"] == 12

@@ -47,7 +47,11 @@ def _stop_ids(target) -> set[int]:
 
 def run_batch_curve(target, tokenizer, prompts: list[torch.Tensor], methods: list[tuple[str, dict]],
                     batch_sizes: list[int], repeats: int, progress=None) -> dict:
-    """{method: {batch size: {"tokens_per_second", "tokens", "seconds", "tau"}}} over the same prompts."""
+    """{method: {batch size: {"tokens_per_second", "tokens", "seconds", "tau"}}} over the same prompts.
+
+    At each batch size the methods take turns within every repeat (stock, then each method, then stock again ...),
+    so a change of load on a shared machine reaches them all alike and each ratio to stock is measured side by side.
+    """
     largest = max(batch_sizes)
     if len(prompts) < largest:
         raise SystemExit(f"--batch-sizes up to {largest} needs {largest} prompts, got {len(prompts)}: raise "
@@ -55,25 +59,31 @@ def run_batch_curve(target, tokenizer, prompts: list[torch.Tensor], methods: lis
     prompts = prompts[:largest]
     pad = tokenizer.pad_token_id if tokenizer is not None and tokenizer.pad_token_id is not None else 0
     stop_ids = _stop_ids(target)
-    curve: dict[str, dict[int, dict]] = {}
-    for name, kwargs in methods:
-        curve[name] = {}
-        for size in batch_sizes:
-            batches = [left_padded(prompts[i: i + size], pad) for i in range(0, largest, size)]
-            target.generate(batches[0][0], attention_mask=batches[0][1], pad_token_id=pad, **kwargs)  # warm-up
-            times, tokens, rounds, committed = [], 0, 0, 0
-            for _ in range(repeats):
-                start, tokens, rounds, committed = time.perf_counter(), 0, 0, 0
-                for ids, mask in batches:
-                    out = target.generate(ids, attention_mask=mask, pad_token_id=pad, return_dict_in_generate=True,
-                                          **kwargs)
-                    tokens += generated_tokens(out.sequences, ids.shape[1], stop_ids)[0]
-                    stats = getattr(out, "speculative_stats", None)
-                    if stats is not None:  # tau pooled over every row's rounds
-                        rounds += sum(len(row) for row in stats.row_acceptance_lengths)
-                        committed += sum(map(sum, stats.row_acceptance_lengths))
-                times.append(time.perf_counter() - start)
-            seconds = statistics.median(times)
+
+    def decode_all(batches, kwargs) -> tuple[float, int, int, int]:
+        """(seconds, generated tokens, rounds, tokens committed by rounds) of one pass over the batches."""
+        start, tokens, rounds, committed = time.perf_counter(), 0, 0, 0
+        for ids, mask in batches:
+            out = target.generate(ids, attention_mask=mask, pad_token_id=pad, return_dict_in_generate=True, **kwargs)
+            tokens += generated_tokens(out.sequences, ids.shape[1], stop_ids)[0]
+            stats = getattr(out, "speculative_stats", None)
+            if stats is not None:  # tau pooled over every row's rounds
+                rounds += sum(len(row) for row in stats.row_acceptance_lengths)
+                committed += sum(map(sum, stats.row_acceptance_lengths))
+        return time.perf_counter() - start, tokens, rounds, committed
+
+    curve: dict[str, dict[int, dict]] = {name: {} for name, _ in methods}
+    for size in batch_sizes:
+        batches = [left_padded(prompts[i: i + size], pad) for i in range(0, largest, size)]
+        for _, kwargs in methods:  # warm-up (the width policy measures its costs in its first call)
+            target.generate(batches[0][0], attention_mask=batches[0][1], pad_token_id=pad, **kwargs)
+        passes = {name: [] for name, _ in methods}
+        for _ in range(repeats):
+            for name, kwargs in methods:
+                passes[name].append(decode_all(batches, kwargs))
+        for name, _ in methods:
+            seconds = statistics.median(p[0] for p in passes[name])
+            _, tokens, rounds, committed = passes[name][-1]
             curve[name][size] = {"tokens_per_second": tokens / seconds, "tokens": tokens, "seconds": seconds,
                                  "tau": committed / rounds if rounds else None}
             if progress is not None:

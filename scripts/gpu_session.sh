@@ -20,7 +20,9 @@
 #   stage scaling : (after stash) issue 26's scaling study: DFlash drafters trained from the target's layers for the same
 #                   SCALING_STEPS steps on the first 8 / 20 / 39 / 77 shards (about 2k / 5k / 10k / 20k answers; shards
 #                   54-55 kept out), each scored by scripts/offline_tau.py on shards 54-55; $OUT/scaling/tau_*.md, logs.
-#                   The table and plot: python scripts/scaling_report.py FOLDER (on the returned files)
+#                   The table and plot: python scripts/scaling_report.py FOLDER (on the returned files). Dry run on a
+#                   CPU: PATH=.venv/bin:$PATH SCALING_STEPS=2 SCALING_SHARDS=1 ANCHOR_BUDGET=512 TAU_ANSWERS=4
+#                   scripts/gpu_session.sh scaling /tmp/scaling_dry (with the target prepared and /root/target_prepared)
 #   stage launch  : (after stash; carries .gpu_carry2) data, DFlash and EAGLE-3 training as jobs that outlive the call,
 #                   gpu_check.py meanwhile; stage collect (the next call, within the 30 s the machine stays warm)
 #                   waits for them and returns everything in <= 15 MB parts of one tar. What the second session ran
@@ -152,8 +154,10 @@ scaling)
     echo "=== scaling: $shards shards, ${SCALING_STEPS:-200} steps"
     $SPECGEN train dflash --target smollm2-135m-instruct --data "$subset" --out "$run" --mixed-precision bf16 \
       --max-steps "${SCALING_STEPS:-200}" "${DFLASH[@]}" 2>&1 | tail -c 1000
+    [ -d "$run/model" ] || { echo "no model from $shards shards: skipped"; continue; }
     cp "$run/log.json" "$OUT/scaling/log_$shards.json"
-    python3 scripts/offline_tau.py "dflash=$run/model" --shards 54 55 --threads 8 | tee "$OUT/scaling/tau_$shards.md"
+    python3 scripts/offline_tau.py "dflash=$run/model" --shards 54 55 --answers "${TAU_ANSWERS:-64}" --threads 8 \
+      | tee "$OUT/scaling/tau_$shards.md"
   done
   ;;
 train)

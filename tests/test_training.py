@@ -617,3 +617,28 @@ def test_training_softmax_over_the_seen_vocabulary_remaps_labels():
     assert set(seen.tolist()) == {t for ids, _ in examples for t in ids}
     subset, _ = dt.dflash_loss(drafter, target, batch, weights, "blocks", seen)
     assert subset < full
+
+
+def test_scaling_report_reads_each_run_in_order_of_data(tmp_path):
+    """scripts/scaling_report.py (issue 26's study): one row per run, ordered by the shards it trained on, with the
+    offline tau that scripts/offline_tau.py printed for it; a run without its tau is an error, not a silent gap."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "scaling_report", Path(__file__).resolve().parents[1] / "scripts" / "scaling_report.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    for shards, answers, tau in ((20, 5056, 1.61), (8, 1984, 1.42)):
+        (tmp_path / f"log_{shards}.json").write_text(json.dumps(
+            {"train_sequences": answers, "steps": 200, "tokens_seen": 6_500_000, "train_minutes": 1.5,
+             "device": "one NVIDIA H100"}))
+        (tmp_path / f"tau_{shards}.md").write_text(
+            f"| drafter | offline tau | judged |\n|---|---|---|\n| dflash /root/runs/scaling-{shards}/model | {tau} | "
+            "10537 blocks |\n")
+    runs = report.read_runs(tmp_path)
+    assert [(r["shards"], r["answers"], r["offline_tau"]) for r in runs] == [(8, 1984, 1.42), (20, 5056, 1.61)]
+    (tmp_path / "tau_8.md").unlink()
+    with pytest.raises(ValueError, match="no offline tau"):
+        report.read_runs(tmp_path)

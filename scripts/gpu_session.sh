@@ -23,7 +23,8 @@
 #                   The table and plot: python scripts/scaling_report.py FOLDER (on the returned files). Dry run on a
 #                   CPU: PATH=.venv/bin:$PATH SCALING_STEPS=2 SCALING_SHARDS=1 ANCHOR_BUDGET=512 TAU_ANSWERS=4
 #                   scripts/gpu_session.sh scaling /tmp/scaling_dry (with the target prepared and /root/target_prepared)
-#   stage launch  : (after stash; carries .gpu_carry2) data, DFlash and EAGLE-3 training as jobs that outlive the call,
+#   stage launch  : (after stash; carries .gpu_carry2) DFlash and EAGLE-3 training, the scaling study (DATA=1: data) as
+#                   jobs that outlive the call,
 #                   gpu_check.py meanwhile; stage collect (the next call, within the 30 s the machine stays warm)
 #                   waits for them and returns everything in <= 15 MB parts of one tar. What the second session ran
 #                   and what went wrong: docs/benchmarks/gpu_h100/README.md

@@ -71,13 +71,15 @@ def process_block_logits(
         row_tokens = lambda b, i: draft[b: b + 1, 1: i + 1]  # noqa: E731
     # Each (batch row, block row) as stock generate would show it: the row's committed tokens, then the drafts
     # before it. Rows of equal length go through a processor together, as stock generate's batch does (one call
-    # instead of B * W: a min-length processor alone scans the vocabulary each call).
+    # instead of B * W: a min-length processor alone scans the vocabulary each call). Built only when a processor
+    # reads the tokens: sampling's warpers alone need none of it.
     groups: dict[int, list[tuple[int, torch.Tensor]]] = {}
-    for b in range(batch):
-        committed = session.row(b)
-        for i in range(width):
-            sequence = torch.cat([committed, row_tokens(b, i)], dim=1)[0]
-            groups.setdefault(len(sequence), []).append((b * width + i, sequence))
+    if not all(isinstance(processor, _ROW_INDEPENDENT) for processor in processors):
+        for b in range(batch):
+            committed = session.row(b)
+            for i in range(width):
+                sequence = torch.cat([committed, row_tokens(b, i)], dim=1)[0]
+                groups.setdefault(len(sequence), []).append((b * width + i, sequence))
     for processor in processors:
         if isinstance(processor, _ROW_INDEPENDENT):  # they read the scores only: all rows at once
             flat = scores.reshape(batch * width, vocab)

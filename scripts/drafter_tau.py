@@ -1,7 +1,7 @@
 """Held-out tau of real-target drafters, decoded end to end: the tokens committed per round, pooled per category.
 
 Compares drafter folders on the same held-out prompts (HumanEval, GSM8K and MT-Bench questions of the benchmark
-sets, never trained on), fp32, greedy, fixed widths (DFlash block 16, EAGLE-3's default tree), so that the figure is
+sets, never trained on), fp32, greedy, fixed widths (DFlash block 16, EAGLE-3's tree 4/6/16), so that the figure is
 the drafter's and not the width policy's. No timing: tau only (docs/benchmarks/gpu_h100/README.md).
 
     python scripts/drafter_tau.py --num-prompts 2 dflash=hub_models/smollm2-135m-instruct-dflash-b16 \
@@ -46,7 +46,10 @@ def main() -> None:
             input_ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt["prompt"]}],
                                                       add_generation_prompt=True, return_tensors="pt",
                                                       return_dict=True)["input_ids"]
-            fixed_width = {"block_size": 16} if mode == "dflash" else {}  # the drafter's tau, not the policy's
+            # the drafter's tau, not the width policy's: a fixed block, and EAGLE-3's tree 4/6/16 (its default call
+            # on a CPU is an adaptive chain, whose tau is the policy's choice of lengths)
+            fixed_width = ({"block_size": 16} if mode == "dflash" else
+                           {"eagle_top_k": 4, "eagle_depth": 6, "eagle_total_tokens": 16, "adaptive_width": False})
             out = target.generate(input_ids, assistant_model=drafter, speculative_mode=mode, do_sample=False,
                                   max_new_tokens=args.max_new_tokens, return_dict_in_generate=True, **fixed_width)
             rounds = out.speculative_stats.acceptance_lengths

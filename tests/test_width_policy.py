@@ -180,12 +180,39 @@ def test_plain_steps_while_every_draft_is_wrong_then_drafting_once_drafts_are_ri
     assert max(stats.acceptance_lengths) == 8
 
 
-def test_a_useless_drafter_falls_back_to_plain_steps_with_measured_costs():
-    """No patching: real measured costs, a random drafter. After its first rounds a call runs plain steps; the next
-    call starts from what the first learned (its acceptance evidence, scaled down, and its drafter timing), and falls
-    back as well."""
+class ForwardClock:
+    """A clock that only the models move: each target forward adds TARGET_STEP plus PER_ROW per verified row, each
+    drafter forward DRAFT. Installed as the engine's ``time``, it lets the policy measure, time and clock its rounds
+    through its own code, as on a quiet machine with these costs, whatever else shares the CPU (test workers)."""
+
+    TARGET_STEP, PER_ROW, DRAFT = 0.010, 0.0002, 0.008
+
+    def __init__(self, monkeypatch, target, drafter):
+        self.now = 0.0
+        for module in (hf_specgen.engine.loop, width_policy):
+            monkeypatch.setattr(module, "time", self)
+        target.model.layers[0].register_forward_pre_hook(self._target_forward)
+        drafter.layers[0].register_forward_pre_hook(self._draft_forward)
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def _target_forward(self, module, args):
+        hidden = args[0]  # [B, n, H]: the rows this forward verifies
+        self.now += self.TARGET_STEP + self.PER_ROW * hidden.shape[0] * hidden.shape[1]
+
+    def _draft_forward(self, module, args):
+        self.now += self.DRAFT
+
+
+def test_a_useless_drafter_falls_back_to_plain_steps_with_measured_costs(monkeypatch):
+    """The policy's own measuring and clocks (a clock moved by the forwards, so that test workers sharing the CPU
+    cannot make drafting look cheap), a random drafter. After its first rounds a call runs plain steps; the next call
+    starts from what the first learned (its acceptance evidence, scaled down, and its drafter timing), and falls back
+    as well."""
     target = make_target("qwen3", seed=12)  # a target of its own: costs learned by no other test
     drafter = make_dflash(target, block_size=8)
+    ForwardClock(monkeypatch, target, drafter)
     prompt = random_prompt(random.Random(8), 20)
     ref = target.generate(prompt, max_new_tokens=60, do_sample=False, eos_token_id=None)
 

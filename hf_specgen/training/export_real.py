@@ -94,10 +94,20 @@ def _status(runs: Path) -> str:
 
 
 def _warm_start_line(log: dict) -> str:
+    if log.get("init_from"):
+        return _continued_line(log)
     if not log.get("init_layers_from_target"):
         return ""
     return ("; the drafter's two layers start as copies of the target's last two, and `fc` first passes the tap just "
             "below them through unchanged (`--init-layers-from-target`)")
+
+
+def _continued_line(log: dict) -> str:
+    """A run that continued a drafter trained before: what the card's step count covers."""
+    if not log.get("init_from"):
+        return ""
+    return ("; this run continues a drafter trained before (`--init-from`, a fresh learning-rate schedule), so the "
+            "steps below add to that drafter's")
 
 
 def dflash_card(runs: Path, bench: dict) -> str:
@@ -159,7 +169,7 @@ width policy; used alone and inside [WhiFlash](../{WHIFLASH}). {_remote_code_not
 {_usage(EAGLE3, "eagle3")}
 
 ## Training
-{_data_line(runs, log)}. Training-time test with {log.get('ttt_steps')} unrolled steps, on
+{_data_line(runs, log)}. Training-time test with {log.get('ttt_steps')} unrolled steps{_continued_line(log)}, on
 {log.get('device', 'a 2-core CPU')}:
 {log.get('steps')} steps, {log.get('train_minutes', 0):.0f} minutes; {_fmt_settings(log)}. {_stages_line(runs, "eagle3")}
 

@@ -2,7 +2,8 @@
 more and more answers (``scripts/gpu_session.sh scaling``, which writes ``log_<shards>.json`` and ``tau_<shards>.md``
 per run into one folder), and, where the folder has a ``compute.json``, offline tau against the training tokens a
 drafter has seen in all (its runs, each continuing the last: ``{"points": [{"label", "tokens_seen", "minutes",
-"offline_tau", "command"}]}``, its numbers copied from the runs' logs and scripts/offline_tau.py).
+"offline_tau", "command"}]}``, its numbers copied from the runs' logs and scripts/offline_tau.py; a point's optional
+``"drafter"`` (default "DFlash") puts it on that drafter's own curve, since each trainer counts its tokens its way).
 
     python scripts/scaling_report.py docs/benchmarks/scaling   # prints the Markdown table, writes scaling.png there
 """
@@ -60,11 +61,11 @@ def main() -> None:
     print(f"device: {runs[0]['device']}")
     compute = read_compute(args.folder)
     if compute:
-        print("\n| drafter | training tokens seen | training minutes | offline tau (shards 54-55) |")
-        print("|---|---|---|---|")
+        print("\n| drafter | run | training tokens seen | training minutes | offline tau (shards 54-55) |")
+        print("|---|---|---|---|---|")
         for point in compute:
-            print(f"| {point['label']} | {point['tokens_seen'] / 1e6:.1f}M | {point['minutes']:.1f} | "
-                  f"{point['offline_tau']:.2f} |")
+            print(f"| {point.get('drafter', 'DFlash')} | {point['label']} | {point['tokens_seen'] / 1e6:.1f}M | "
+                  f"{point['minutes']:.1f} | {point['offline_tau']:.2f} |")
 
     import matplotlib
 
@@ -87,13 +88,16 @@ def main() -> None:
     ax.grid(True, alpha=0.3)
     if compute:
         ax = axes[0][1]
-        ax.plot([p["tokens_seen"] for p in compute], [p["offline_tau"] for p in compute], marker="o")
+        for drafter in dict.fromkeys(p.get("drafter", "DFlash") for p in compute):  # one curve per drafter
+            points = [p for p in compute if p.get("drafter", "DFlash") == drafter]
+            ax.plot([p["tokens_seen"] for p in points], [p["offline_tau"] for p in points], marker="o", label=drafter)
         for point in compute:  # the curve's points named by their training minutes (the table names the runs)
             ax.annotate(f"{point['minutes']:.1f} min", (point["tokens_seen"], point["offline_tau"]), fontsize=8,
                         textcoords="offset points", xytext=(-10, 8))
         ax.set_xscale("log")
-        ax.set_xlabel("training tokens seen in all")
-        ax.set_title("DFlash for SmolLM2-135M: training (H100)")
+        ax.set_xlabel("training tokens seen in all (as each trainer counts them)")
+        ax.set_title("SmolLM2-135M drafters: training (H100)")
+        ax.legend(loc="lower right")
         ax.grid(True, alpha=0.3)
     fig.tight_layout()
     fig.savefig(args.folder / "scaling.png", dpi=120)

@@ -641,9 +641,11 @@ def test_scaling_report_reads_each_run_in_order_of_data(tmp_path):
     assert [(r["shards"], r["answers"], r["offline_tau"]) for r in runs] == [(8, 1984, 1.42), (20, 5056, 1.61)]
     assert report.read_compute(tmp_path) == []  # no compute curve without its file
     points = [{"label": "continued", "tokens_seen": 155_000_000, "minutes": 16.3, "offline_tau": 2.4, "command": "b"},
-              {"label": "first run", "tokens_seen": 71_000_000, "minutes": 7.3, "offline_tau": 2.1, "command": "a"}]
+              {"label": "first run", "tokens_seen": 71_000_000, "minutes": 7.3, "offline_tau": 2.1, "command": "a"},
+              {"drafter": "EAGLE-3", "label": "e", "tokens_seen": 17_000_000, "minutes": 3, "offline_tau": 2.1,
+               "command": "c"}]  # another drafter's curve
     (tmp_path / "compute.json").write_text(json.dumps({"points": points}))
-    assert [p["label"] for p in report.read_compute(tmp_path)] == ["first run", "continued"]
+    assert [p["label"] for p in report.read_compute(tmp_path)] == ["e", "first run", "continued"]
     del points[0]["command"]  # a point without the command that made it is refused
     (tmp_path / "compute.json").write_text(json.dumps({"points": points}))
     with pytest.raises(ValueError, match="lacks \\['command'\\]"):

@@ -45,6 +45,7 @@ def read_compute(folder: Path) -> list[dict]:
         missing = {"label", "tokens_seen", "minutes", "offline_tau", "command"} - set(point)
         if missing:
             raise ValueError(f"{path}: point {point.get('label', '?')!r} lacks {sorted(missing)}")
+        point.setdefault("drafter", "DFlash")
     return sorted(points, key=lambda p: p["tokens_seen"])
 
 
@@ -64,7 +65,7 @@ def main() -> None:
         print("\n| drafter | run | training tokens seen | training minutes | offline tau (shards 54-55) |")
         print("|---|---|---|---|---|")
         for point in compute:
-            print(f"| {point.get('drafter', 'DFlash')} | {point['label']} | {point['tokens_seen'] / 1e6:.1f}M | "
+            print(f"| {point['drafter']} | {point['label']} | {point['tokens_seen'] / 1e6:.1f}M | "
                   f"{point['minutes']:.1f} | {point['offline_tau']:.2f} |")
 
     import matplotlib
@@ -88,8 +89,8 @@ def main() -> None:
     ax.grid(True, alpha=0.3)
     if compute:
         ax = axes[0][1]
-        for drafter in dict.fromkeys(p.get("drafter", "DFlash") for p in compute):  # one curve per drafter
-            points = [p for p in compute if p.get("drafter", "DFlash") == drafter]
+        for drafter in dict.fromkeys(p["drafter"] for p in compute):  # one curve per drafter
+            points = [p for p in compute if p["drafter"] == drafter]
             ax.plot([p["tokens_seen"] for p in points], [p["offline_tau"] for p in points], marker="o", label=drafter)
         for point in compute:  # the curve's points named by their training minutes (the table names the runs)
             ax.annotate(f"{point['minutes']:.1f} min", (point["tokens_seen"], point["offline_tau"]), fontsize=8,

@@ -175,7 +175,7 @@ class SpeculativeConfig:
             return self.num_draft_tokens is None and self.draft_confidence_threshold is None
         if self.mode == "eagle3":  # a chain's width is its draft tokens, a tree's its node budget
             return self.num_draft_tokens is None and (self.eagle_top_k == 1 or self.eagle_total_tokens is None)
-        if self.mode == "whiflash":  # plain steps or the router's drafter (a prefix of its block)
+        if self.mode == "whiflash":  # plain steps, or a drafter (the vote as context) and its width
             return self.block_size is None and self.num_draft_tokens is None and self.eagle_total_tokens is None
         return self.mode == "dflash" and not self.dflash_tree_nodes and self.block_size is None
 

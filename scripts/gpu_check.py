@@ -51,6 +51,8 @@ def assistants(drafter, draft_lm, eagle) -> dict[str, tuple]:
         "eagle3-tree": (eagle, {"speculative_mode": "eagle3"}),  # the default call on a GPU: budgets adapt
         "eagle3-chain-adaptive": (eagle, {"speculative_mode": "eagle3", "eagle_top_k": 1}),  # a CPU's default
         "whiflash": (bundle, {"speculative_mode": "whiflash"}),
+        # with an EAGLE-3 chain (a CPU's default): the width policy picks each round's drafter and width
+        "whiflash-chain-adaptive": (bundle, {"speculative_mode": "whiflash", "eagle_top_k": 1}),
         # a gate no mismatch passes (the top-3 entropy never reaches ln 3): FLy must give exact greedy tokens
         "fly": (drafter, {"speculative_mode": "fly", "fly_entropy_threshold": 1.0986}),
         # ... and with a draft LM, drafting with prompt lookup (FLy's MLA)

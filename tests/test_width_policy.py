@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import random
 import statistics
-import time
 
 import pytest
 import torch
@@ -25,9 +24,12 @@ from test_dflash_tree import most_probable_prefixes, tree_paths
 
 @pytest.fixture
 def random_widths(monkeypatch):
-    """Every round takes a width drawn at random among the policy's buckets (plain steps included)."""
+    """Every round takes a width drawn at random among the policy's buckets (plain steps included), and WhiFlash's
+    default call a drafter drawn at random."""
     rng = random.Random(3)
     monkeypatch.setattr(WidthPolicy, "choose", lambda self: rng.choice(self.widths))
+    monkeypatch.setattr(width_policy.RoutedWidthPolicy, "_drafter_for",
+                        lambda self, vote: (rng.choice(sorted(self.policies)), False))
     return rng
 
 
@@ -106,25 +108,55 @@ def test_compiled_width_changes_reuse_one_graph_per_width(monkeypatch, shape):
 
     monkeypatch.setattr(WidthPolicy, "choose", cycling)
     target = make_target("qwen3", seed=21)
-    drafter = make_dflash(target, block_size=8)
-    rng = random.Random(0)
+    tree = dict(dflash_tree_nodes=8, dflash_tree_top_k=2, adaptive_width=True) if shape == "tree" else {}
+    for out in _compiled_calls_recompile_nothing(target, random.Random(0), 40, assistant_model=make_dflash(
+            target, block_size=8), speculative_mode="dflash", **tree):
+        assert set(out.speculative_stats.round_widths) == {1, 4, 8}
+
+
+def _compiled_calls_recompile_nothing(target, rng, new: int, **speculative) -> list:
+    """Two compiled calls (prompts of 12 and 37 tokens) with ``speculative`` generate() arguments: both give stock
+    greedy's tokens and the second compiles no new graph and recompiles nothing. Returns both outputs."""
+    outs = []
     try:
-        for call, prompt_len in enumerate((12, 37)):
+        for prompt_len in (12, 37):
             prompt = random_prompt(rng, prompt_len)
-            ref = target.generate(prompt, max_new_tokens=40, do_sample=False, eos_token_id=None)
-            tree = dict(dflash_tree_nodes=8, dflash_tree_top_k=2, adaptive_width=True) if shape == "tree" else {}
-            out = target.generate(prompt, assistant_model=drafter, speculative_mode="dflash",
-                                  speculative_compile=True, max_new_tokens=40, do_sample=False, eos_token_id=None,
-                                  return_dict_in_generate=True, **tree)
-            assert out.sequences.tolist() == ref.tolist()
-            assert set(out.speculative_stats.round_widths) == {1, 4, 8}
-            if call == 0:
+            ref = target.generate(prompt, max_new_tokens=new, do_sample=False, eos_token_id=None)
+            outs.append(target.generate(prompt, speculative_compile=True, max_new_tokens=new, do_sample=False,
+                                        eos_token_id=None, return_dict_in_generate=True, **speculative))
+            assert outs[-1].sequences.tolist() == ref.tolist()
+            if len(outs) == 1:
                 graphs = counters["stats"]["unique_graphs"]
                 torch._dynamo.config.error_on_recompile = True
         assert counters["stats"]["unique_graphs"] == graphs
     finally:
         torch._dynamo.config.error_on_recompile = False
         torch._dynamo.reset()
+    return outs
+
+
+def test_compiled_whiflash_default_call_reuses_its_graphs_across_drafters_and_widths(monkeypatch):
+    """Compiled WhiFlash default call: rounds cycle through both drafters and each drafter's width buckets. After the
+    first call, a second call with another prompt length recompiles nothing, and the tokens stay the stock ones."""
+    from test_eagle3 import make_eagle3
+
+    torch._dynamo.reset()
+    counters.clear()
+    state = {"round": 0}
+
+    def cycling(self):
+        state["round"] += 1
+        return self.widths[state["round"] % len(self.widths)]
+
+    monkeypatch.setattr(WidthPolicy, "choose", cycling)
+    monkeypatch.setattr(width_policy.RoutedWidthPolicy, "_drafter_for",
+                        lambda self, vote: (("eagle3", "dflash")[state["round"] // 3 % 2], False))
+    target = make_target("llama", seed=4)
+    bundle = hf_specgen.WhiFlash(ar=make_eagle3(target, draft_vocab=128), parallel=make_dflash(target, block_size=8),
+                                 router="random")
+    for out in _compiled_calls_recompile_nothing(target, random.Random(2), 48, assistant_model=bundle,
+                                                 speculative_mode="whiflash"):
+        assert {"eagle3", "dflash", "plain"} <= set(out.speculative_stats.drafter_per_round)
 
 
 def _oracle_after(reference: list[int], switch_at: int):
@@ -159,7 +191,7 @@ def test_plain_steps_while_every_draft_is_wrong_then_drafting_once_drafts_are_ri
     monkeypatch.setattr(width_policy, "costs_of", lambda model: width_policy.CostModel({"k": table}))
     monkeypatch.setattr(width_policy.CostModel, "table", lambda self, key: table)
     monkeypatch.setattr(DFlashProposer, "propose", _oracle_after(reference[0].tolist(), switch_at))
-    monkeypatch.setattr(hf_specgen.engine.loop.SpeculativeDecoder, "_learn_costs", staticmethod(lambda *a: None))
+    monkeypatch.setattr(WidthPolicy, "learn_costs", lambda *a, **k: None)
     monkeypatch.setattr(WidthPolicy, "clocked_seconds", lambda self, width: None)  # these costs, not this CPU's
     out = target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=new,
                           do_sample=False, eos_token_id=None, return_dict_in_generate=True)
@@ -224,7 +256,7 @@ def test_a_useless_drafter_falls_back_to_plain_steps_with_measured_costs(monkeyp
 
     first = call()
     assert first.count(1) >= 0.8 * len(first)
-    learned = width_policy._ACCEPTANCE[target][drafter]
+    learned = width_policy._ACCEPTANCE[target][drafter][""]
     assert learned.reached[1] > 0 and learned.accepted[1] <= 0.2 * learned.reached[1]
     (table,) = width_policy.costs_of(target).tables.values()
     assert table.draft is not None  # the next call needs no timing round
@@ -233,7 +265,7 @@ def test_a_useless_drafter_falls_back_to_plain_steps_with_measured_costs(monkeyp
     assert carried.reached == pytest.approx([r * scale for r in learned.reached])
     assert carried.accepted == pytest.approx([a * scale for a in learned.accepted])
     second = call()
-    assert width_policy._ACCEPTANCE[target][drafter] is not learned  # the second call kept its own estimate
+    assert width_policy._ACCEPTANCE[target][drafter][""] is not learned  # the second call kept its own estimate
     assert second.count(1) >= 0.8 * len(second)
 
 
@@ -372,11 +404,12 @@ def test_a_slow_one_off_drafting_round_does_not_make_drafting_look_slow(monkeypa
     reference = target.generate(prompt, max_new_tokens=new, do_sample=False, eos_token_id=None)
     oracle = _oracle_after(reference[0].tolist(), switch_at=0)
     calls = {"n": 0}
+    clock = ForwardClock(monkeypatch, target, drafter)  # the forwards move it (test workers share the CPU)
 
     def slow_twice(self, width=None, whole_block=False):
         calls["n"] += 1
         if calls["n"] in (2, 12):  # round 1 (the first timed round) and round 11
-            time.sleep(0.25)
+            clock.now += 0.25
         return oracle(self, width, whole_block)
 
     monkeypatch.setattr(DFlashProposer, "propose", slow_twice)
@@ -708,3 +741,67 @@ def test_adaptive_dflash_trees_are_exact_and_each_budget_is_the_best_prefixes_of
             values, indices = torch.log_softmax(target.lm_head(h[0, 1:]).float(), dim=-1).topk(3, dim=-1)
         assert int(tree.tokens[0, 0]) == int(committed[0, start])
         assert sorted(tree_paths(tree)) == sorted(most_probable_prefixes(values, indices, len(tree) - 1))
+
+
+def _routed_policy(dflash_draft: float, fixed=None, vote="dflash"):
+    """A RoutedWidthPolicy over an EAGLE-3 chain (blocks of up to 4 rows, drafting token by token) and a DFlash
+    block (8 rows, one forward), with equal verify costs and the given DFlash drafting cost; rounds drafted by
+    whichever drafter the round names, the router voting ``vote``."""
+    verify = {1: 1.0, 2: 1.1, 4: 1.2, 8: 1.4}
+    chain = WidthPolicy((1, 2, 4), CostTable(dict(verify), draft=0.3), AcceptanceEstimate(4),
+                        draft_share=lambda w: (w - 1) / 3)
+    block = WidthPolicy((1, 2, 4, 8), CostTable(dict(verify), draft=dflash_draft), AcceptanceEstimate(8))
+    estimates = {name: {v: AcceptanceEstimate(size) for v in ("eagle3", "dflash")}
+                 for name, size in (("eagle3", 4), ("dflash", 8))}
+    pooled = {"eagle3": AcceptanceEstimate(4), "dflash": AcceptanceEstimate(8)}
+    used = []
+    policy = width_policy.RoutedWidthPolicy({"eagle3": chain, "dflash": block}, estimates, pooled, lambda: vote,
+                                            used.append, fixed)
+    return policy, used
+
+
+def _run_routed(policy, used, rounds: int, kept: dict) -> list[tuple[str, int]]:
+    """``rounds`` rounds; the drafter named ``d`` keeps ``kept[d](width)`` drafts of a round of ``width`` rows."""
+    chosen = []
+    for _ in range(rounds):
+        width = policy.choose()
+        chosen.append((used[-1], width))
+        policy.observe(width, [kept[used[-1]](width) if width > 1 else 0], seconds=None)
+    return chosen
+
+
+def test_whiflash_default_call_drafts_with_the_drafter_whose_rounds_pay_whatever_the_router_votes():
+    """The router votes DFlash every round. Both drafters keep every draft; DFlash's drafting costs four plain steps,
+    the chain's a fraction of one: the rounds go to the EAGLE-3 chain, but for one round in OTHER_DRAFTER_EVERY in
+    which DFlash drafts at its best width (its estimate keeps up). With DFlash drafting cheaply and keeping its 8-row
+    blocks, the same vote gets DFlash rounds. A router fixed to DFlash keeps it however it pays."""
+    every = lambda w: w - 1  # noqa: E731
+    policy, used = _routed_policy(dflash_draft=4.0)
+    chosen = _run_routed(policy, used, 64, {"eagle3": every, "dflash": every})
+    drafters = [d for d, w in chosen if w > 1]
+    assert drafters.count("dflash") <= 64 // width_policy.OTHER_DRAFTER_EVERY + 1
+    assert drafters.count("eagle3") >= 56 and [w for d, w in chosen if d == "eagle3"].count(4) >= 50
+    assert policy.estimates["dflash"]["dflash"].reached[1] > 0  # explored, so its estimate follows the text
+
+    policy, used = _routed_policy(dflash_draft=0.2)
+    chosen = _run_routed(policy, used, 64, {"eagle3": every, "dflash": every})
+    assert [d for d, w in chosen[-32:]].count("dflash") >= 28 and chosen[-2] == ("dflash", 8)
+
+    policy, used = _routed_policy(dflash_draft=4.0, fixed="dflash")
+    chosen = _run_routed(policy, used, 32, {"eagle3": every, "dflash": every})
+    assert {d for d, _ in chosen} == {"dflash"}
+
+
+def test_whiflash_default_call_keeps_the_drafters_acceptance_apart_under_each_router_vote():
+    """The router's vote alternates. At equal costs, each drafter keeps every draft in the rounds the router votes
+    for it and none in the others: each vote has its own estimate (whose prior is the drafter's estimate over all
+    its rounds), so the drafting rounds come to follow the vote."""
+    policy, used = _routed_policy(dflash_draft=0.3)
+    vote_of = lambda i: ("eagle3", "dflash")[i % 2]  # noqa: E731
+    policy.vote = lambda: vote_of(len(used))
+    own = lambda name: lambda w: w - 1 if vote_of(len(used) - 1) == name else 0  # noqa: E731
+    chosen = _run_routed(policy, used, 160, {"eagle3": own("eagle3"), "dflash": own("dflash")})
+    late = [(i, d) for i, (d, w) in enumerate(chosen) if i >= 80 and w > 1]
+    assert len(late) >= 60 and sum(d == vote_of(i) for i, d in late) >= 0.85 * len(late)
+    assert policy.estimates["eagle3"]["eagle3"].pooled is policy.pooled["eagle3"]
+    assert policy.pooled["eagle3"].reached[1] > 0 and policy.pooled["dflash"].reached[1] > 0

@@ -14,6 +14,9 @@ routing; the router only decides speed. Per round:
      KV-only forward. With ``lazy=False`` the inactive drafter is brought up to date every round instead (the
      paper's baseline);
   3. the chosen drafter proposes (a tree or a block), the target verifies, both drafters' bookkeeping is updated.
+
+In the default call (no width named) with an EAGLE-3 chain, the width policy takes the router's vote as the round's
+context and picks the drafter and width that pay most on this machine (engine.width_policy.RoutedWidthPolicy).
 """
 
 from __future__ import annotations
@@ -64,6 +67,11 @@ class WhiFlashProposer:
         self._rng = random.Random(seed)
         self.forward_calls = 0
         self.drafts_trees = getattr(ar, "drafts_trees", False)  # its EAGLE-3 side may draft trees
+        # With an EAGLE-3 chain both drafters draft any width: the default call's policy then picks each round's
+        # drafter and width itself (engine.width_policy.RoutedWidthPolicy, through ``vote`` and ``use_drafter``).
+        # A tree is verified whole, and the router alone picks (a plain step or the router's drafter).
+        self.drafts_any_width = not self.drafts_trees
+        self._chosen = None  # the drafter the policy picked for the next proposal (None: the router's vote)
 
     # ------------------------------------------------------------------ routing
     def choose(self, signal: dict) -> str:
@@ -89,11 +97,15 @@ class WhiFlashProposer:
             raise ValueError(f"a WhiFlash router must return {AR!r} or {PARALLEL!r}, got {choice!r}")
         return choice
 
-    def _route(self) -> str:
+    def vote(self) -> str:
         """The batch's drafter this round: the one most unfinished rows choose (DFlash on a tie, and before any
         signal)."""
         votes = [self.choose(signal) for signal in self.signals]
         return AR if 2 * votes.count(AR) > len(votes) else PARALLEL
+
+    def use_drafter(self, name: str) -> None:
+        """The width policy's pick for the next ``propose`` (instead of the router's vote)."""
+        self._chosen = name
 
     # ------------------------------------------------------------------ proposer protocol
     def start(self, session, prompt_features: torch.Tensor) -> None:
@@ -117,8 +129,9 @@ class WhiFlashProposer:
         self.signals = [{"logits": logits_rows[b], "hidden": features_rows[b, self._final_columns],
                          "position": self.session.host_lengths[b] - 1} for b in rows]
 
-    def propose(self):
-        choice = self._route()
+    def propose(self, width: int | None = None, whole_block: bool = False):
+        """The round's drafter's proposal (``width`` / ``whole_block``: see DFlashProposer.propose)."""
+        choice, self._chosen = self._chosen or self.vote(), None
         proposer = self.proposers[choice]
         if self.unseen[choice]:
             # Lazy catch-up: everything committed while this drafter sat out, prefilled in one forward.
@@ -126,7 +139,7 @@ class WhiFlashProposer:
         self.active = choice
         self.drafter_per_round.append(choice)
         calls = proposer.forward_calls
-        draft = proposer.propose()
+        draft = proposer.propose(width, whole_block) if width is not None else proposer.propose()
         self.forward_calls += proposer.forward_calls - calls
         return draft
 

@@ -17,7 +17,6 @@ that read the sequence (repetition penalty, ...), trees and routers.
 from __future__ import annotations
 
 import inspect
-import statistics
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -35,7 +34,8 @@ from .support import (attention_layout, cache_keyword, check_target, hybrid_laye
 from .taps import decoder_layers, tapped
 from .tree import TreeProposal, accept_greedy, accept_sampling, accepted_within_budgets, compact_path
 from .verify import accept_block, check_processors, process_block_logits, target_choices
-from .width_policy import (AcceptanceEstimate, TreeAcceptanceEstimate, WidthPolicy, call_acceptance, cost_key, costs_of,
+from .width_policy import (AcceptanceEstimate, RoutedWidthPolicy, TreeAcceptanceEstimate, WidthPolicy,
+                           call_acceptance, cost_key, costs_of,
                            measure_verify_costs, width_buckets)
 
 
@@ -433,7 +433,7 @@ class SpeculativeDecoder:
         for r0, r1, r2, r3 in rounds:
             stats.add_round_times(clock.seconds(r0, r1), clock.seconds(r1, r2), clock.seconds(r0, r3))
         if policy is not None:
-            self._learn_costs(policy, stats)
+            policy.learn_costs(stats.round_widths, stats.round_seconds, stats.round_draft_seconds)
         stats.row_new_tokens = [length - prompt_len for length in session.host_lengths]
         stats.new_tokens = sum(stats.row_new_tokens)
         stats.draft_forwards = getattr(self.proposer, "forward_calls", stats.num_rounds)
@@ -487,19 +487,53 @@ class SpeculativeDecoder:
             torch.cuda.synchronize()  # only while the policy times the drafter once (first call per cost key)
         return time.perf_counter()
 
-    def _width_policy(self, session: DecodingSession, show) -> WidthPolicy:
+    def _width_policy(self, session: DecodingSession, show) -> WidthPolicy | RoutedWidthPolicy:
         """The call's policy: the target's cost table for this device / dtype / batch bucket (measured now, over this
-        call's own cache, if the table lacks a width) and the acceptance carried over from earlier calls."""
-        widths = width_buckets(self.width, self.compile_steps)
-        if not getattr(self.proposer, "drafts_any_width", False) and getattr(self.proposer, "drafts_trees", False):
-            widths = (1, self.width)  # a router's tree is verified whole: drafting or a plain step
-        self.proposer.verify_widths = set(widths)  # the drafter keeps one graph per width its context can have
-        token_by_token = getattr(self.proposer, "drafts_token_by_token", False)
+        call's own cache, if the table lacks a width) and the acceptance carried over from earlier calls. A router
+        whose drafters both draft any width (WhiFlash with an EAGLE-3 chain) gets a policy per drafter, and each
+        round's drafter is chosen among them (``RoutedWidthPolicy``)."""
+        drafters = getattr(self.proposer, "proposers", None)
+        if drafters is None or not getattr(self.proposer, "drafts_any_width", False):
+            return self._drafter_policy(self.proposer, self.width, session, show,
+                                        lambda fresh: call_acceptance(self.target, self.drafter, fresh))
+        votes = tuple(drafters)
+        estimates, pooled = {name: {} for name in drafters}, {}
+
+        def acceptance(name):
+            def per_vote(fresh):  # the drafter's estimate over all its rounds and under each vote (the first leads)
+                pooled[name] = call_acceptance(self.target, self.drafter, fresh.carried(), name)
+                for vote in votes:
+                    estimates[name][vote] = call_acceptance(self.target, self.drafter, fresh.carried(),
+                                                            f"{name}|{vote}")
+                return estimates[name][votes[0]]
+            return per_vote
+
+        policies = {}
+        for name, proposer in drafters.items():
+            policies[name] = self._drafter_policy(proposer, proposer.block_size, session, show, acceptance(name),
+                                                  borrow=next(iter(policies.values()), None))
+        fixed = self.proposer.settings.router if self.proposer.settings.router in drafters else None
+        return RoutedWidthPolicy(policies, estimates, pooled, self.proposer.vote, self.proposer.use_drafter,
+                                 fixed)
+
+    def _drafter_policy(self, proposer, width: int, session: DecodingSession, show, acceptance,
+                        borrow: WidthPolicy | None = None) -> WidthPolicy:
+        """The width policy of one proposer drafting blocks of up to ``width`` rows; ``acceptance(fresh estimate)``
+        gives the call's estimate. ``borrow``: a policy of the same call whose measured verify costs this one's table
+        takes where it lacks them (the same target forwards)."""
+        widths = width_buckets(width, self.compile_steps)
+        if not getattr(proposer, "drafts_any_width", False) and getattr(proposer, "drafts_trees", False):
+            widths = (1, width)  # a router's tree is verified whole: drafting or a plain step
+        proposer.verify_widths = set(widths)  # the drafter keeps one graph per width its context can have
+        token_by_token = getattr(proposer, "drafts_token_by_token", False)
         # the DFlash block's drafting cost is kept under the bare key (as saved before other drafters adapted)
-        head_by_width = getattr(self.proposer, "drafts_head_by_width", False)
-        drafter_kind = "" if head_by_width else type(self.proposer).__name__
+        head_by_width = getattr(proposer, "drafts_head_by_width", False)
+        drafter_kind = "" if head_by_width else type(proposer).__name__
         table = costs_of(self.target).table(cost_key(session.device, session.mask_dtype, session.batch_size,
                                                      self.compile_steps, drafter_kind))
+        if borrow is not None:
+            for w, seconds in borrow.costs.verify.items():
+                table.verify.setdefault(w, seconds)
         missing = tuple(w for w in widths if w not in table.verify)
         if missing:
             starts = session.last_slots
@@ -518,41 +552,21 @@ class SpeculativeDecoder:
             set_cache_length(self.cache, starts)
         if table.draft_head is None and head_by_width and not self.compile_steps:
             # the lm_head over the block's W - 1 drafted rows: what a narrower round's drafting skips
-            head = self.proposer.lm_head
-            rows = torch.zeros(session.batch_size, self.width - 1, head.weight.shape[1], dtype=head.weight.dtype,
+            head = proposer.lm_head
+            rows = torch.zeros(session.batch_size, width - 1, head.weight.shape[1], dtype=head.weight.dtype,
                                device=head.weight.device)
-            table.draft_head = measure_verify_costs(lambda w: head(rows), (self.width,), session.device)[self.width]
+            table.draft_head = measure_verify_costs(lambda w: head(rows), (width,), session.device)[width]
         # a proposer whose trees' node budget the policy chooses (not a router's tree, verified whole)
-        depth = getattr(self.proposer, "depth", None) if getattr(self.proposer, "drafts_trees", False) else None
-        fresh = AcceptanceEstimate(self.width) if depth is None else TreeAcceptanceEstimate(widths, depth)
+        depth = getattr(proposer, "depth", None) if getattr(proposer, "drafts_trees", False) else None
+        fresh = AcceptanceEstimate(width) if depth is None else TreeAcceptanceEstimate(widths, depth)
         self._tree_budgets = [w for w in widths if w > 1] if depth is not None else []
         if depth is not None:  # a tree of w nodes drafts min(depth, w - 1) levels
-            share = lambda w: self.proposer.levels(w) / depth  # noqa: E731
+            share = lambda w: proposer.levels(w) / depth  # noqa: E731
         elif token_by_token:  # w - 1 draft forwards
-            share = lambda w: (w - 1) / max(self.width - 1, 1)  # noqa: E731
+            share = lambda w: (w - 1) / max(width - 1, 1)  # noqa: E731
         else:
             share = None
-        return WidthPolicy(widths, table, call_acceptance(self.target, self.drafter, fresh), share,
-                           refeeds=bool(self._state_layers))
-
-    @staticmethod
-    def _learn_costs(policy: WidthPolicy, stats: SpeculativeStats) -> None:
-        """The call's median round at each width refines that width's costs (the first round drafts over the whole
-        prompt: its drafting time is not a steady round's; a round that re-fed a recurrent target is no verify's
-        clock, since the policy adds the re-feed on its own)."""
-        verify, draft = {}, {}
-        for i, width in enumerate(stats.round_widths):
-            if i not in policy.refed_rounds:
-                verify.setdefault(width, []).append(stats.round_seconds[i] - stats.round_draft_seconds[i])
-            if width > 1 and i > 0:  # as the whole block's drafting (a narrow round drafts less of it)
-                seconds = stats.round_draft_seconds[i]
-                whole = seconds if i in policy.whole_block_rounds else policy.whole_block_draft(width, seconds)
-                draft.setdefault(width, []).append(whole)
-        drafts = [t for times in draft.values() for t in times]
-        for width, times in verify.items():
-            policy.costs.learn_verify(width, statistics.median(times))
-        if drafts:
-            policy.costs.learn_draft(statistics.median(drafts))
+        return WidthPolicy(widths, table, acceptance(fresh), share, refeeds=bool(self._state_layers))
 
     @staticmethod
     def _sequences(session: DecodingSession, generation_config, stop: StopRule) -> torch.Tensor:

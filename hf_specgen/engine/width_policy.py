@@ -40,6 +40,9 @@ verify of a prefix of the block accepts exactly what the full verify would have,
 Draft trees (EAGLE-3) choose a node budget instead: the tree of the drafter's best n - 1 candidates, whose
 expected accepted drafts ``TreeAcceptanceEstimate`` keeps per budget from what each verify says about every smaller
 budget; every EXPLORE_EVERY-th drafting round verifies a wider tree for evidence about the budgets in between.
+
+WhiFlash's default call also chooses each round's drafter (``RoutedWidthPolicy``): one policy per drafter, an
+acceptance estimate per drafter and router vote, and the drafter whose best width pays most under the current vote.
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ DRAFT_TIMING_ROUNDS = 3  # drafting rounds timed before the policy chooses (comp
 ACCEPTANCE_DECAY = 0.97  # per round: older rounds weigh less, so the estimate follows the text
 CARRIED_WEIGHT = 16.0  # at most this many rounds' worth of evidence carried into the next call
 PRIOR_ACCEPT, PRIOR_WEIGHT = 0.5, 1.0
+POOLED_WEIGHT = 4.0  # rounds' worth of a pooled estimate's rates as a contextual estimate's prior (WhiFlash)
 FIRST_PROBE_AFTER, LAST_PROBE_AFTER = 8, 64
 # A width's clocked cost is the median of its last CLOCKED_ROUNDS rounds in the call (a one-off compile or stall moves
 # no median), taken once it has MIN_CLOCKED_ROUNDS of them.
@@ -143,7 +147,7 @@ class CostModel:
 
 
 _COSTS: "weakref.WeakKeyDictionary[torch.nn.Module, CostModel]" = weakref.WeakKeyDictionary()
-# target -> {drafter: what the calls of that pair have learned}
+# target -> {drafter: {context: what the calls of that pair have learned}} (context: see call_acceptance)
 _ACCEPTANCE: "weakref.WeakKeyDictionary[torch.nn.Module, weakref.WeakKeyDictionary]" = weakref.WeakKeyDictionary()
 
 
@@ -204,13 +208,22 @@ class AcceptanceEstimate:
         # the widest round the evidence holds: slots past it were never verified, and their rate is only the prior
         # chained from the slots before them, so the policy widens at most twice past it per round
         self.widest = 0
+        # an estimate over more rounds (WhiFlash: the drafter's, whatever the router voted), whose rates are this
+        # one's prior, worth POOLED_WEIGHT rounds: a context this drafter has seldom run in starts from what it
+        # does elsewhere, not from an even guess
+        self.pooled: AcceptanceEstimate | None = None
 
     def rates(self, width: int) -> list[float]:
         """p_1 .. p_{width-1}. A slot's prior is the rate of the slot before it (an even one for slot 1): acceptance
-        falls along a block, and slots a failing drafter never reaches must not keep a hopeful prior."""
+        falls along a block, and slots a failing drafter never reaches must not keep a hopeful prior. With a pooled
+        estimate, its rate at the slot is the prior instead."""
         rates, prior = [], PRIOR_ACCEPT
+        pooled = self.pooled.rates(width) if self.pooled is not None else None
         for k in range(1, width):
-            prior = (self.accepted[k] + prior * PRIOR_WEIGHT) / (self.reached[k] + PRIOR_WEIGHT)
+            if pooled is None:
+                prior = (self.accepted[k] + prior * PRIOR_WEIGHT) / (self.reached[k] + PRIOR_WEIGHT)
+            else:
+                prior = (self.accepted[k] + pooled[k - 1] * POOLED_WEIGHT) / (self.reached[k] + POOLED_WEIGHT)
             rates.append(prior)
         return rates
 
@@ -325,14 +338,17 @@ class TreeAcceptanceEstimate:
         return copy
 
 
-def call_acceptance(target, drafter, fresh_estimate: AcceptanceEstimate | TreeAcceptanceEstimate):
+def call_acceptance(target, drafter, fresh_estimate: AcceptanceEstimate | TreeAcceptanceEstimate,
+                    context: str = ""):
     """This call's acceptance estimate: what earlier calls of ``target`` with ``drafter`` learned, in the shape of
     ``fresh_estimate`` (which a new pair gets: the prior), kept as the pair's estimate, so this call's rounds are
-    carried into the next."""
+    carried into the next. ``context`` keeps several estimates for one pair (WhiFlash: each of its drafters under
+    each router vote)."""
     by_drafter = _remembered(_ACCEPTANCE, target, weakref.WeakKeyDictionary)
-    known = by_drafter.get(drafter)
+    by_context = by_drafter.setdefault(drafter, {})
+    known = by_context.get(context)
     fresh = known is None or known.shape != fresh_estimate.shape
-    by_drafter[drafter] = estimate = fresh_estimate if fresh else known.carried()
+    by_context[context] = estimate = fresh_estimate if fresh else known.carried()
     return estimate
 
 
@@ -428,6 +444,11 @@ class WidthPolicy:
         """Expected committed tokens per second of a round of ``width`` rows."""
         return self.acceptance.expected_tokens(width) / self.round_seconds(width)
 
+    def best_drafting_width(self) -> int:
+        """The drafting width (more than one row) with the most expected tokens per second, within reach."""
+        reach = self.acceptance.reach()
+        return max((w for w in self.widths[1:] if w <= reach), key=self.rate, default=self.widths[1])
+
     def choose(self) -> int:
         reach = self.acceptance.reach()
         if self.costs.draft is None:  # drafting not yet timed (the loop times these rounds' drafts of the whole
@@ -493,6 +514,27 @@ class WidthPolicy:
         cheap = [w for w in self.widths[1:] if self.round_seconds(w) <= 1.25 * self.round_seconds(1)]
         return max(cheap) if cheap else self.widths[1]
 
+    def learn_costs(self, round_widths: list[int], round_seconds: list[float], round_draft_seconds: list[float],
+                    rounds=None) -> None:
+        """The call's median round at each width refines that width's costs (``rounds``: the indices of the rounds
+        this policy chose; all by default). The first round drafts over the whole prompt: its drafting time is not
+        a steady round's; a round that re-fed a recurrent target is no verify's clock, since the policy adds the
+        re-feed on its own."""
+        verify, draft = {}, {}
+        for i in range(len(round_widths)) if rounds is None else rounds:
+            width = round_widths[i]
+            if i not in self.refed_rounds:
+                verify.setdefault(width, []).append(round_seconds[i] - round_draft_seconds[i])
+            if width > 1 and i > 0:  # as the whole block's drafting (a narrow round drafts less of it)
+                seconds = round_draft_seconds[i]
+                whole = seconds if i in self.whole_block_rounds else self.whole_block_draft(width, seconds)
+                draft.setdefault(width, []).append(whole)
+        drafts = [t for times in draft.values() for t in times]
+        for width, times in verify.items():
+            self.costs.learn_verify(width, statistics.median(times))
+        if drafts:
+            self.costs.learn_draft(statistics.median(drafts))
+
     def observe(self, width: int, accepted_per_row: list[int], seconds: float | None = None,
                 within: dict[int, list[int]] | None = None, rows: int | None = None) -> None:
         """One round of ``width`` rows: each active row accepted ``accepted_per_row`` drafts; ``seconds``: the whole
@@ -507,3 +549,95 @@ class WidthPolicy:
         if width > 1:
             self.acceptance.observe(min(width, rows or width), accepted_per_row,
                                     *([within] if within is not None else []))
+
+
+# WhiFlash's default call: in each router vote, the drafter that has not run for this many of the vote's rounds
+# drafts once at its best width, so its estimate under that vote follows the text too.
+OTHER_DRAFTER_EVERY = 16
+
+
+class RoutedWidthPolicy:
+    """WhiFlash's default call: each round's drafter, and its width (or a plain step).
+
+    The router's vote is the round's context, not the last word. Each drafter keeps an acceptance estimate per vote
+    (how it did in the rounds the router sent to EAGLE-3, and in those it sent to DFlash) and its own costs (an
+    EAGLE-3 chain drafts token by token, a DFlash block in one forward through a large lm_head). Each round, under
+    the current vote, the drafter whose best width promises the most tokens per second drafts, and its own
+    ``WidthPolicy`` then chooses the width, the plain steps and the probes as it would alone. A router is trained on
+    acceptance only (which drafter keeps more tokens here); where one drafter's rounds cost more on this machine, or
+    it keeps less than the router expects, the clock decides. Until both drafters' drafting has been timed (each
+    times its own first rounds), the vote decides. While drafting pays, every OTHER_DRAFTER_EVERY-th round of a vote
+    in which one drafter ran, the other drafts once at its best width. A router fixed to one drafter ("eagle3" / "dflash") keeps it.
+    Any routing and any widths are lossless: the target verifies whatever was drafted.
+
+    The loop talks to this as to a ``WidthPolicy``: ``choose``, ``observe``, the drafting timing and the cost
+    learning go to the round's drafter's policy."""
+
+    def __init__(self, policies: dict[str, WidthPolicy], estimates: dict[str, dict[str, AcceptanceEstimate]],
+                 pooled: dict[str, AcceptanceEstimate], vote, use_drafter, fixed: str | None = None):
+        self.policies = policies  # drafter -> its width policy (its own costs and clocks)
+        self.estimates = estimates  # drafter -> router vote -> its acceptance in the rounds of that vote
+        self.pooled = pooled  # drafter -> its acceptance in all its rounds: the prior of its estimate under each vote
+        for name, by_vote in estimates.items():
+            for estimate in by_vote.values():
+                estimate.pooled = pooled[name]
+        self.vote = vote  # () -> the router's vote this round
+        self.use_drafter = use_drafter  # (drafter) -> None: the round's proposal comes from that drafter
+        self.fixed = fixed
+        # plain steps are the target's own forward whichever drafter's policy chose them: one clock, and one record
+        # of the rounds that drafted a whole block (timing) or re-fed a recurrent target
+        plain_clock = deque(maxlen=CLOCKED_ROUNDS)
+        self.whole_block_rounds: set[int] = set()
+        self.refed_rounds: set[int] = set()
+        for policy in policies.values():
+            policy.clocked[1] = plain_clock
+            policy.whole_block_rounds, policy.refed_rounds = self.whole_block_rounds, self.refed_rounds
+        self.current = next(iter(policies.values()))
+        self.round_drafters: list[str] = []  # per round: the drafter whose policy chose it
+        self.since_other = {}  # vote -> drafting rounds under it since the drafter not preferred last drafted
+
+    def _drafter_for(self, vote: str) -> tuple[str, bool]:
+        """(the round's drafter, whether it explores: drafts once at its best width)."""
+        if self.fixed is not None:
+            return self.fixed, False
+        if any(policy.needs_draft_timing for policy in self.policies.values()):
+            return vote, False
+        rates = {name: policy.rate(policy.best_drafting_width()) for name, policy in self.policies.items()}
+        best = max(rates, key=lambda name: (rates[name], name == vote))
+        if rates[best] <= self.policies[best].rate(1):
+            return best, False  # plain steps pay best: its policy takes them, and probes on its own schedule
+        self.since_other[vote] = self.since_other.get(vote, 0) + 1
+        if self.since_other[vote] >= OTHER_DRAFTER_EVERY:
+            self.since_other[vote] = 0
+            return next(name for name in self.policies if name != best), True
+        return best, False
+
+    def choose(self) -> int:
+        vote = self.fixed or self.vote()
+        for name, policy in self.policies.items():
+            policy.acceptance = self.estimates[name][vote]
+        name, explores = self._drafter_for(vote)
+        self.current = self.policies[name]
+        width = self.current.best_drafting_width() if explores else self.current.choose()
+        self.round_drafters.append(name)
+        self.use_drafter(name)
+        return width
+
+    @property
+    def needs_draft_timing(self) -> bool:
+        return self.current.needs_draft_timing
+
+    def timed_draft(self, seconds: float) -> None:
+        self.current.timed_draft(seconds)
+
+    def observe(self, width: int, accepted_per_row: list[int], seconds: float | None = None, within=None,
+                rows: int | None = None) -> None:
+        self.current.observe(width, accepted_per_row, seconds, within, rows)
+        if width > 1:
+            self.pooled[self.round_drafters[-1]].observe(min(width, rows or width), accepted_per_row)
+
+    def learn_costs(self, round_widths, round_seconds, round_draft_seconds, rounds=None) -> None:
+        """Each drafter's policy learns from its drafting rounds, and every policy from the plain steps."""
+        for name, policy in self.policies.items():
+            mine = [i for i, drafter in enumerate(self.round_drafters) if drafter == name or round_widths[i] == 1]
+            policy.learn_costs(round_widths, round_seconds, round_draft_seconds, mine)

@@ -567,8 +567,8 @@ class RoutedWidthPolicy:
     acceptance only (which drafter keeps more tokens here); where one drafter's rounds cost more on this machine, or
     it keeps less than the router expects, the clock decides. Until both drafters' drafting has been timed (each
     times its own first rounds), the vote decides. While drafting pays, every OTHER_DRAFTER_EVERY-th round of a vote
-    in which one drafter ran, the other drafts once at its best width. A router fixed to one drafter ("eagle3" / "dflash") keeps it.
-    Any routing and any widths are lossless: the target verifies whatever was drafted.
+    in which one drafter ran, the other drafts once at its best width. A router fixed to one drafter ("eagle3" /
+    "dflash") keeps it. Any routing and any widths are lossless: the target verifies whatever was drafted.
 
     The loop talks to this as to a ``WidthPolicy``: ``choose``, ``observe``, the drafting timing and the cost
     learning go to the round's drafter's policy."""
@@ -636,7 +636,7 @@ class RoutedWidthPolicy:
         if width > 1:
             self.pooled[self.round_drafters[-1]].observe(min(width, rows or width), accepted_per_row)
 
-    def learn_costs(self, round_widths, round_seconds, round_draft_seconds, rounds=None) -> None:
+    def learn_costs(self, round_widths, round_seconds, round_draft_seconds) -> None:
         """Each drafter's policy learns from its drafting rounds, and every policy from the plain steps."""
         for name, policy in self.policies.items():
             mine = [i for i, drafter in enumerate(self.round_drafters) if drafter == name or round_widths[i] == 1]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 # Only modules without torch are imported up front, so that `specgen --help` answers at once; a subcommand's heavy
 # modules are imported when the command line names it.
-from .bench.choices import ALL_METHODS, DTYPE_NAMES, LOSSLESS_DEFAULT
+from .bench.choices import ALL_METHODS, COMPARE_DEFAULT, DTYPE_NAMES, LOSSLESS_DEFAULT
 from .bench.prompt_sets import PROMPT_SETS
 
 QUICK = {"num_prompts": 2, "repeats": 1, "max_new_tokens": 64}  # `specgen bench --quick`
@@ -59,8 +59,9 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = Parser(prog="specgen", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, help_text in (("compare", "side by side, texts shown: stock generate vs DFlash on the real target once prepared "
-                                     "(`specgen prepare`), else the tiny world"),
+    for name, help_text in (("compare", "side by side, texts shown: stock generate vs the default calls of DFlash, EAGLE-3 "
+                                     "and WhiFlash on the real target once prepared (`specgen prepare`), else the "
+                                     "tiny world"),
                             ("bench", "benchmark every method on the same prompts: table, JSON and PNG")):
         p = sub.add_parser(name, help=help_text)
         p.add_argument("--target", help="target model folder, Hub id, or a packaged target's name "
@@ -77,7 +78,7 @@ def main(argv=None) -> int:
         p.add_argument("--prompts", nargs="+", default=None, choices=list(PROMPT_SETS),
                        help="prompt sets (default: tinyworld for the tiny world, specbench humaneval for a real target)")
         p.add_argument("--methods", nargs="+", choices=list(ALL_METHODS),
-                       default=list(LOSSLESS_DEFAULT) if name == "bench" else ["autoregressive", "dflash"],
+                       default=list(LOSSLESS_DEFAULT) if name == "bench" else list(COMPARE_DEFAULT),
                        help="fly and fly-dflash are lossy and run only when named here")
         p.add_argument("--categories", nargs="+", help="only prompts of these categories (e.g. math)")
         p.add_argument("--dtype", default="auto", choices=["auto", *DTYPE_NAMES],
@@ -87,7 +88,8 @@ def main(argv=None) -> int:
         p.add_argument("--device", default="cpu")
         p.add_argument("--block-sizes", type=int, nargs="+", default=[8, 16] if name == "bench" else None,
                        help="fixed DFlash widths run beside the default (adaptive-width) DFlash call; compare shows "
-                            "only the default call unless given (its fixed width is then 16)")
+                            "only each method's default call unless given (then also the fixed widths, EAGLE-3's "
+                            "fixed tree and WhiFlash's fixed-width routers)")
         p.add_argument("--num-draft-tokens", type=int, nargs="+", default=[4, 7], help="K values for classic")
         p.add_argument("--dflash-tree-nodes", type=int, nargs="+", default=[], metavar="N",
                        help="also run DDTree-style DFlash trees of these node budgets (largest block size), e.g. "

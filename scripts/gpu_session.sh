@@ -108,7 +108,7 @@ PY
 # gradient stay near 2.5 GB each (the whole 49k vocabulary at 4096 anchors would be 13 GB each)
 DFLASH=(--block-size 16 --layers 2 --target-layer-ids 1 10 18 27 --init-layers-from-target --mask-token-id 16
         --gamma 7 --max-anchors 512 --anchor-budget "${ANCHOR_BUDGET:-2048}" --seq-len 512 --train-vocab seen
-        --lr 6e-4 --heldout 64)
+        --draft-vocab-size 8192 --lr 6e-4 --heldout 64)
 
 case $STAGE in
 launch)  # (after stash; carries the wheel's last part) the real target, then jobs in their own sessions, which outlive this

@@ -41,7 +41,7 @@ LOSSLESS = ("dflash", "eagle3", "whiflash", "classic")
 METHOD_LABELS = {"dflash": "DFlash", "eagle3": "EAGLE-3", "whiflash": "WhiFlash (EAGLE-3 / DFlash router)",
                  "classic": "classic (draft LM)", "fly": "FLy over DFlash (LOSSY)"}
 EXAMPLES = [
-    ["Write a Python function that returns the n-th Fibonacci number.", "dflash", 128],
+    ["Write a Python function that returns the n-th Fibonacci number.", "whiflash", 128],
     ["A shop sells pens at 3 dollars each. Tom buys 7 pens and pays with a 50 dollar bill. How much change does he "
      "get?", "dflash", 128],
     ["Give me three tips for staying focused while studying.", "whiflash", 128],
@@ -347,7 +347,9 @@ def build_app(models: Models | None = None) -> gr.Blocks:
         with gr.Row():
             prompt = gr.Textbox(label="prompt", lines=3, max_length=MAX_PROMPT_CHARS, scale=3)
             with gr.Column(scale=1):
-                method = gr.Dropdown(methods, value=methods[0][1] if methods else None, label="method")
+                # WhiFlash first when shipped: each round it drafts with whichever drafter pays on this machine
+                default = "whiflash" if "whiflash" in models.assistants else (methods[0][1] if methods else None)
+                method = gr.Dropdown(methods, value=default, label="method")
                 max_new = gr.Slider(1, MAX_NEW_TOKENS, value=128, step=1, label="max new tokens")
                 temperature = gr.Slider(0.0, 1.5, value=0.0, step=0.05, label="temperature (0 = greedy)")
                 run = gr.Button("Decode", variant="primary")

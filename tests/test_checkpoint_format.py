@@ -121,3 +121,40 @@ def test_default_layer_ids_and_config_precedence():
     assert settings["block_size"] == 10 and settings["target_layer_ids"] == [1, 9, 17, 25, 33]
     with pytest.raises(ValueError, match="num_target_layers"):
         read_dflash_settings(Qwen3Config(dflash_config={"mask_token_id": 7}))
+
+
+def test_draft_vocabulary_saves_loads_and_serves_through_every_loader(saved_drafter, tmp_path):
+    """hf_specgen's optional draft vocabulary: one more config key (the weights file stays z-lab's, which vLLM's
+    loader needs: it refuses unknown tensors), read back by load_drafter, by the folder's own remote code and inside
+    a WhiFlash bundle; the decode stays the target's."""
+    from test_eagle3 import make_eagle3
+
+    target, drafter, _ = saved_drafter
+    vocab = torch.arange(3, 200, 2)
+    drafter.set_draft_vocab(vocab)
+    drafter.save_pretrained(tmp_path / "restricted")
+    path = tmp_path / "restricted"
+    assert {p.name for p in path.iterdir()} == {"config.json", "model.safetensors", "dflash.py"}
+    config = json.loads((path / "config.json").read_text())
+    assert config["dflash_config"] == {"mask_token_id": 255, "target_layer_ids": [0, 1, 2],
+                                       "draft_vocab": vocab.tolist()}
+    with safe_open(path / "model.safetensors", "pt") as f:
+        assert set(f.keys()) == expected_tensor_names(3)
+    ours = hf_specgen.load_drafter(str(path), dtype=torch.bfloat16)
+    remote = AutoModel.from_pretrained(str(path), trust_remote_code=True, dtype=torch.bfloat16)
+    assert ours.draft_vocab.tolist() == remote.draft_vocab.tolist() == vocab.tolist()
+    bundle_path = tmp_path / "bundle"
+    hf_specgen.WhiFlash(ar=make_eagle3(target).to(torch.bfloat16), parallel=ours).save_pretrained(bundle_path)
+    assert hf_specgen.load_drafter(str(bundle_path)).parallel.draft_vocab.tolist() == vocab.tolist()
+    prompt = random_prompt(random.Random(2), 11)
+    # (bf16: the same as stock greedy up to near-ties, which test_engine checks in fp32)
+    ours_out, remote_out = (target.generate(prompt, assistant_model=assistant, speculative_mode="dflash",
+                                            max_new_tokens=20, do_sample=False, block_size=4).tolist()
+                            for assistant in (ours, remote))
+    assert ours_out == remote_out
+    assert remote._hf_specgen_twin.draft_vocab.tolist() == vocab.tolist()
+    ours.set_draft_vocab(None)  # lifted again: the config is z-lab's
+    assert ours.draft_vocab is None and ours.config.dflash_config == {"mask_token_id": 255, "target_layer_ids": [0, 1, 2]}
+    for bad in ([], [5, 5], [-1, 2], [3, 256]):
+        with pytest.raises(ValueError, match="distinct token ids in \\[0, 256\\)"):
+            drafter.set_draft_vocab(bad)

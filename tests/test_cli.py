@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from hf_specgen.cli import main
@@ -106,7 +107,10 @@ def test_shipped_tiny_world_decodes_losslessly_and_its_drafters_accept(tmp_path,
     prompts."""
     assert main(["compare", "--target", "tiny", "--dtype", "fp32", "--max-new-tokens", "40"]) == 0
     out = capsys.readouterr().out
-    assert out.count("[identical to autoregressive]") == 3 and "differs" not in out  # fp32: exact
+    # the default call of each lossless method with a shipped drafter, none of the fixed widths; fp32: exact
+    assert out.count("[identical to autoregressive]") == 3 * 3 and "differs" not in out
+    assert all(out.count(f"--- {name} (") == 3 for name in ("dflash", "eagle3", "whiflash neural, default call"))
+    assert "dflash b16" not in out and "eagle3 tree" not in out
     assert main(["bench", "--dtype", "fp32", "--num-prompts", "1", "--repeats", "1", "--max-new-tokens", "40",
                  "--methods", "autoregressive", "dflash", "classic", "eagle3", "whiflash", "--block-sizes", "16",
                  "--num-draft-tokens", "4", "--out", str(tmp_path)]) == 0
@@ -207,3 +211,34 @@ def test_batch_curve_methods_take_turns_within_each_repeat():
     assert [tag for tag, rows in calls if rows == 4] == ["a", "b", "a", "b", "a", "b"]
     assert [tag for tag, rows in calls if rows == 1] == ["a", "b"] + ["a"] * 4 + ["b"] * 4 + ["a"] * 4 + ["b"] * 4
     assert curve["a"][4]["tokens"] == curve["b"][1]["tokens"] == 12
+
+
+def test_bench_methods_take_turns_within_every_pass():
+    """A change of load on a shared machine must reach every method alike: after one warm-up each, every pass decodes
+    each prompt with every method in turn; a method's time per prompt is the median over its passes, its tokens are
+    the last pass's."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from hf_specgen.bench.harness import run_methods_in_turns
+
+    calls, slow = [], iter([0.03] + [0.0] * 11)  # the first decode of the first pass is slow (a, prompt 1)
+
+    class Target:
+        def generate(self, prompt, streamer=None, return_dict_in_generate=False, tag=None):
+            calls.append((tag, int(prompt[0, 0])))
+            if streamer is not None:
+                streamer.put(prompt)
+                streamer.put(torch.tensor([5]))
+                time.sleep(next(slow))
+                streamer.put(torch.tensor([6, 7]))
+                streamer.end()
+            return SimpleNamespace(sequences=torch.cat([prompt, torch.tensor([[5, 6, 7]])], dim=1))
+
+    prompts = [torch.tensor([[1, 2]]), torch.tensor([[3, 4]])]
+    methods = [("a", {"tag": "a"}, None), ("b", {"tag": "b"}, None)]
+    a, b = run_methods_in_turns(Target(), prompts, methods, repeats=3)
+    assert calls == [("a", 1), ("b", 1)] + 3 * [("a", 1), ("a", 3), ("b", 1), ("b", 3)]
+    assert a.name == "a" and a.sequences == b.sequences == [[5, 6, 7], [5, 6, 7]] and a.decode_tokens == [2, 2]
+    assert a.decode_seconds[0] < 0.02  # the slow pass is outvoted by the median

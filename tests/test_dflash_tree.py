@@ -89,14 +89,19 @@ def test_a_top1_tree_of_block_size_nodes_is_the_block_chain_round_for_round(draf
         assert chain.speculative_stats.acceptance_lengths[:-1] == [8] * (len(chain.speculative_stats.acceptance_lengths) - 1)
 
 
-def test_the_tree_is_the_most_probable_prefixes():
+@pytest.mark.parametrize("draft_vocab", [False, True])
+def test_the_tree_is_the_most_probable_prefixes(draft_vocab):
     """Brute force over every prefix of a small block: the proposal's nodes are exactly the N-1 most probable
     prefixes under the drafter's per-position log-probabilities (a node's probability is the product along its
-    path), each node's parent is its prefix minus the last token, and the root is the last committed token."""
+    path), each node's parent is its prefix minus the last token, and the root is the last committed token. With a
+    draft vocabulary the candidates are its tokens, and the decode is still stock greedy's."""
     from hf_specgen.drafters.dflash import DFlashTreeProposer
 
     target = make_target("llama")
     drafter = make_dflash(target, block_size=4)
+    vocab = torch.arange(3, 256, 5)
+    if draft_vocab:
+        drafter.set_draft_vocab(vocab)
     seen = []
     original = DFlashTreeProposer._draft_top_step
 
@@ -114,14 +119,17 @@ def test_the_tree_is_the_most_probable_prefixes():
         return tree
 
     DFlashTreeProposer._draft_top_step, DFlashTreeProposer.propose = recording, record_tree
+    prompt = random_prompt(random.Random(6), 15)
     try:
-        target.generate(random_prompt(random.Random(6), 15), assistant_model=drafter, speculative_mode="dflash",
-                        dflash_tree_nodes=7, dflash_tree_top_k=3, max_new_tokens=12, do_sample=False)
+        out = target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", dflash_tree_nodes=7,
+                              dflash_tree_top_k=3, max_new_tokens=12, do_sample=False)
     finally:
         DFlashTreeProposer._draft_top_step, DFlashTreeProposer.propose = original, propose
     assert len(trees) >= 2
     for (values, indices), tree in zip(seen, trees):
         assert sorted(tree_paths(tree)) == sorted(most_probable_prefixes(values[0], indices[0], 6))
+        assert bool(torch.isin(indices, vocab).all()) == draft_vocab
+    assert out.tolist() == target.generate(prompt, max_new_tokens=12, do_sample=False).tolist()
 
 
 def test_tree_settings_that_cannot_work_say_so():

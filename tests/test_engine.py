@@ -13,7 +13,7 @@ import hf_specgen
 from hf_specgen.engine.cache import cache_tensor_addresses
 from hf_specgen.engine.loop import SpeculativeDecoder
 from hf_specgen.engine.support import engine_probe_reason
-from conftest import MASK_TOKEN, make_dflash, make_target, random_prompt
+from conftest import MASK_TOKEN, VOCAB, make_dflash, make_target, random_prompt
 
 
 class ScriptedProposer:
@@ -77,9 +77,17 @@ def test_partial_acceptance_and_rollback_stay_exact(corrupt):
         assert len(set(out.speculative_stats.acceptance_lengths)) > 2  # many different acceptance lengths
 
 
-def test_dflash_drafts_equal_full_recomputation(qwen3_pair):
-    """Cached drafter context (appended per round, rolled back) == drafter run on the full context from scratch."""
+@pytest.mark.parametrize("draft_vocab", [False, True])
+def test_dflash_drafts_equal_full_recomputation(qwen3_pair, draft_vocab):
+    """Cached drafter context (appended per round, rolled back) == drafter run on the full context from scratch.
+    With a draft vocabulary the drafts are the best of its tokens under the target's lm_head, and still lossless."""
     target, drafter = qwen3_pair
+    vocab = None
+    if draft_vocab:  # a drafter of its own (the pair is shared): every third token id is proposable
+        drafter = make_dflash(target)
+        vocab = torch.arange(1, VOCAB, 3)
+        drafter.set_draft_vocab(vocab.flip(0))  # any order: kept sorted
+        assert drafter.draft_vocab.tolist() == vocab.tolist()
     prompt = random_prompt(random.Random(5), 23)
     records = []
     out = target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=50,
@@ -109,9 +117,14 @@ def test_dflash_drafts_equal_full_recomputation(qwen3_pair):
             block = torch.tensor([[int(sequence[0, start])] + [MASK_TOKEN] * (width - 1)])
             positions = torch.arange(start + width)[None]
             h = drafter(embed(block), context, positions)  # no cache, no mask: block sees all context + itself
-            expected = target.lm_head(h[:, 1:]).argmax(-1)[0]
+            logits = target.lm_head(h[:, 1:])[0]  # [W-1, V]
+            expected = logits.argmax(-1) if vocab is None else vocab[logits[:, vocab].argmax(-1)]
         assert draft[1:].tolist() == expected[: len(draft) - 1].tolist(), start
     assert {len(draft) for _, draft in records} != {width}  # some rounds drafted a prefix of the block
+    if vocab is not None:
+        assert sequence.tolist() == target.generate(prompt, max_new_tokens=50, do_sample=False).tolist()
+        drafted = torch.cat([draft[1:] for _, draft in records])
+        assert drafted.numel() and bool(torch.isin(drafted, vocab).all())
 
 
 def test_rollback_never_reallocates(qwen3_pair):

@@ -186,7 +186,9 @@ def test_compare_shows_the_real_target_side_by_side_once_prepared(smollm2, capsy
     assert main(["compare", "--max-new-tokens", "24", "--dtype", "fp32"]) == 0
     out = capsys.readouterr().out
     assert out.count("=== prompt") == 3 and "(humaneval)" in out and "(math_reasoning)" in out
-    assert out.count("[identical to autoregressive]") == 3 and "differs" not in out
+    # stock generate beside the default calls of DFlash, EAGLE-3 and WhiFlash, each exact on every prompt
+    assert out.count("[identical to autoregressive]") == 3 * 3 and "differs" not in out
+    assert all(out.count(f"--- {name} (") == 3 for name in ("dflash", "eagle3", "whiflash neural, default call"))
 
 
 def test_smollm2_example_runs_as_written(smollm2):

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from argparse import Namespace
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ import torch
 
 import hf_specgen
 from hf_specgen.training import dflash_trainer as dt
-from hf_specgen.training.corpus import format_chat, response_text
+from hf_specgen.training.corpus import format_chat, read_jsonl, response_text
 from hf_specgen.training.lm import chat_examples, pad_chat_batch
 from hf_specgen.training.loop import BudgetBatches, lr_factor
 
@@ -289,10 +290,12 @@ def trained_runs(mini_world):
     main(["train", "dflash", "--target", str(mini_world / "target"), "--data", str(regen), "--out", str(runs / "dflash"),
           "--block-size", "4", "--layers", "1", "--max-anchors", "8", "--batch-size", "4", "--max-steps", "3",
           "--heldout", "8", "--mixed-precision", "no"])
-    # continue that drafter on length-grouped batches (the tiny world's second DFlash run)
+    # continue that drafter on length-grouped batches (the tiny world's second DFlash run), proposing only the 50
+    # most frequent answer tokens
     main(["train", "dflash", "--target", str(mini_world / "target"), "--data", str(regen), "--out",
           str(runs / "dflash_more"), "--block-size", "4", "--max-anchors", "8", "--anchor-budget", "24",
-          "--init-from", str(runs / "dflash" / "model"), "--max-steps", "2", "--heldout", "8", "--mixed-precision", "no"])
+          "--init-from", str(runs / "dflash" / "model"), "--max-steps", "2", "--heldout", "8", "--mixed-precision", "no",
+          "--draft-vocab-size", "50"])
     main(["train", "eagle3", "--target", str(mini_world / "target"), "--data", str(regen), "--out",
           str(runs / "eagle3"), "--draft-vocab-size", "200", "--ttt-steps", "3", "--batch-size", "4", "--max-steps", "3",
           "--heldout", "8", "--eval-depth", "3", "--mixed-precision", "no"])
@@ -407,6 +410,14 @@ def test_trained_dflash_exports_in_zlab_format_and_decodes_losslessly(mini_world
     assert (out / "model" / "dflash.py").exists()
     more = json.loads((trained_runs / "dflash_more" / "log.json").read_text())
     assert more["steps"] == 2 and more["anchor_budget"] == 24 and more["init_from"].endswith("model")
+    assert more["draft_vocab"] == 50 and "draft_vocab" not in config["dflash_config"]
+    restricted = hf_specgen.load_drafter(trained_runs / "dflash_more" / "model")
+    # the answers of the training split (the 8 held-out ones are not counted), as the trainer tokenizes them
+    train = chat_examples(tok, read_jsonl(trained_runs / "regen.jsonl"), 3072)[8:]
+    answers = Counter(t for ids, n_prompt in train for t in ids[n_prompt:])
+    vocab = restricted.draft_vocab.tolist()
+    assert len(vocab) == 50 and vocab == sorted(set(vocab)) and all(answers[t] > 0 for t in vocab)
+    assert min(answers[t] for t in vocab) >= max(n for t, n in answers.items() if t not in vocab)  # the most frequent
     from hf_specgen.cli import main
 
     with pytest.raises(ValueError, match="--block-size 4"):  # --init-from keeps the trained drafter's geometry
@@ -421,8 +432,11 @@ def test_trained_dflash_exports_in_zlab_format_and_decodes_losslessly(mini_world
     target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained(mini_world / "target"))
     drafter = hf_specgen.load_drafter(out / "model")
     ids = tok(format_chat(PROMPTS[3]), return_tensors="pt", add_special_tokens=False)["input_ids"]
-    spec = target.generate(ids, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=20, do_sample=False)
-    assert torch.equal(spec, target.generate(ids, max_new_tokens=20, do_sample=False))
+    stock = target.generate(ids, max_new_tokens=20, do_sample=False)
+    for assistant in (drafter, restricted):
+        spec = target.generate(ids, assistant_model=assistant, speculative_mode="dflash", max_new_tokens=20,
+                               do_sample=False)
+        assert torch.equal(spec, stock)
 
     # The exported folder loads through AutoModel + trust_remote_code where hf_specgen is not importable.
     code = ("import sys; sys.modules['hf_specgen'] = None\n"
@@ -539,7 +553,6 @@ def test_sharded_regenerate_writes_a_dataset_folder_that_resumes_and_trainers_re
     import gzip
 
     from hf_specgen.cli import main
-    from hf_specgen.training.corpus import read_jsonl
 
     args = ["data", "regenerate", "--target", str(mini_world / "target"), "--data", str(mini_world / "prompts.jsonl"),
             "--max-new-tokens", "6", "--batch-size", "3", "--samples-per-prompt", "0", "--limit", "10"]
@@ -575,7 +588,6 @@ def test_the_committed_distillation_prompts_share_nothing_with_a_benchmark():
     prompt, in the proportions its card states."""
     from collections import Counter
 
-    from hf_specgen.training.corpus import read_jsonl
     from hf_specgen.bench.prompt_sets import shares_text_with_a_benchmark
 
     folder = Path(__file__).resolve().parents[1] / "datasets" / "smollm2-135m-instruct-distill"
@@ -664,3 +676,10 @@ def test_a_card_of_a_continued_run_says_it_continued():
     assert "--init-from" in continued and "--init-layers-from-target" not in continued
     assert "--init-layers-from-target" in export_real._warm_start_line({"init_layers_from_target": True})
     assert export_real._continued_line({"init_from": None}) == ""
+
+
+def test_a_card_of_a_drafter_with_a_draft_vocabulary_says_so():
+    from hf_specgen.training import export_real
+
+    assert "8,192 most frequent answer tokens" in export_real._draft_vocab_line({"draft_vocab": 8192})
+    assert export_real._draft_vocab_line({"draft_vocab": "all"}) == export_real._draft_vocab_line({}) == ""

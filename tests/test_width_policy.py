@@ -92,11 +92,11 @@ def test_plain_steps_attend_no_slots_for_a_block_they_do_not_draft(random_widths
     assert saved  # some plain step attended a bucket fewer than a drafting round would have
 
 
-@pytest.mark.parametrize("shape", ["block", "tree"])
+@pytest.mark.parametrize("shape", ["block", "tree", "block, draft vocabulary"])
 def test_compiled_width_changes_reuse_one_graph_per_width(monkeypatch, shape):
     """Compiled: each width bucket (1, 4 and the block; for DFlash trees, node budgets) is one verify graph; after
     the first call has seen every width, changing widths round to round recompiles nothing, and the tokens stay the
-    stock ones."""
+    stock ones (also with a drafter that proposes only part of the vocabulary)."""
     torch._dynamo.reset()
     counters.clear()
     cycle = [8, 4, 1, 1, 4, 8, 1, 8, 4, 4, 1, 8]
@@ -109,8 +109,11 @@ def test_compiled_width_changes_reuse_one_graph_per_width(monkeypatch, shape):
     monkeypatch.setattr(WidthPolicy, "choose", cycling)
     target = make_target("qwen3", seed=21)
     tree = dict(dflash_tree_nodes=8, dflash_tree_top_k=2, adaptive_width=True) if shape == "tree" else {}
-    for out in _compiled_calls_recompile_nothing(target, random.Random(0), 40, assistant_model=make_dflash(
-            target, block_size=8), speculative_mode="dflash", **tree):
+    drafter = make_dflash(target, block_size=8)
+    if shape == "block, draft vocabulary":
+        drafter.set_draft_vocab(range(0, 256, 2))
+    for out in _compiled_calls_recompile_nothing(target, random.Random(0), 40, assistant_model=drafter,
+                                                 speculative_mode="dflash", **tree):
         assert set(out.speculative_stats.round_widths) == {1, 4, 8}
 
 

@@ -98,41 +98,61 @@ def run_method(target, prompts, gen_kwargs: dict, repeats: int, name: str, progr
                before_prompt=None) -> MethodResult:
     """Decode every prompt with ``target.generate(**gen_kwargs)``; speculative kwargs make it speculative.
     ``before_prompt(i)`` runs before prompt i (e.g. a WhiFlash bundle picking its category's threshold)."""
-    result = MethodResult(name)
-    split = {"draft": 0.0, "verify": 0.0, "other": 0.0}
-    if before_prompt is not None:
-        before_prompt(0)
-    target.generate(prompts[0], **gen_kwargs)  # warm-up (allocations, lazy inits, compile)
-    for index, prompt in enumerate(prompts):
+    return run_methods_in_turns(target, prompts, [(name, gen_kwargs, before_prompt)], repeats, progress)[0]
+
+
+def run_methods_in_turns(target, prompts, methods: list[tuple], repeats: int, progress=None) -> list[MethodResult]:
+    """``run_method`` for several methods ((name, generate kwargs, before_prompt or None) each), taking turns: every
+    pass decodes each prompt with every method in order, so a change of load on a shared machine (another job, a
+    slow minute) reaches all methods alike instead of one method's passes. Per prompt, a method's time is the median
+    over its passes; its tokens and statistics come from the last pass. ``progress`` advances once per decode."""
+    results = [MethodResult(name) for name, _, _ in methods]
+    times = [[[] for _ in prompts] for _ in methods]  # [method][prompt] -> decode seconds per pass
+    splits = [{"draft": 0.0, "verify": 0.0, "other": 0.0} for _ in methods]
+    for (_, gen_kwargs, before_prompt) in methods:
         if before_prompt is not None:
-            before_prompt(index)
-        times, out, clock = [], None, None
-        for _ in range(repeats):
-            clock = DecodeClock()
-            out = target.generate(prompt, streamer=clock, return_dict_in_generate=True, **gen_kwargs)
-            times.append(clock.decode_seconds)
-        result.decode_seconds.append(statistics.median(times))
-        result.decode_tokens.append(clock.decode_tokens)  # greedy: the same tokens every repeat
-        result.sequences.append(out.sequences[0, prompt.shape[1]:].tolist())
-        stats = getattr(out, "speculative_stats", None)
-        if stats is not None:
-            result.acceptance.append(list(stats.acceptance_lengths))
-            result.verified_rows += stats.num_rounds * stats.block_size  # rows (tree nodes) through the target
-            split["draft"] += stats.draft_time
-            split["verify"] += stats.verify_time
-            split["other"] += stats.other_time
-            for key in ("rescued_tokens", "initial_mismatches", "draft_forwards", "switches"):
-                result.counters[key] = result.counters.get(key, 0) + getattr(stats, key)
-            last = None  # the last drafting round's drafter (plain steps draft nothing, switch nothing)
-            for i, name in enumerate(stats.drafter_per_round):
-                result.rounds.append((name, name != PLAIN and last is not None and last != name,
-                                      stats.round_draft_seconds[i], stats.round_seconds[i]))
-                last = name if name != PLAIN else last
-        if progress is not None:
-            progress.update(1)
-    if result.acceptance:
-        result.time_split = split
-    return result
+            before_prompt(0)
+        target.generate(prompts[0], **gen_kwargs)  # warm-up (allocations, lazy inits, compile)
+    for repeat in range(repeats):
+        for m, (name, gen_kwargs, before_prompt) in enumerate(methods):
+            if progress is not None and hasattr(progress, "set_postfix_str"):
+                progress.set_postfix_str(f"pass {repeat + 1}/{repeats}, {name}")
+            for index, prompt in enumerate(prompts):
+                if before_prompt is not None:
+                    before_prompt(index)
+                clock = DecodeClock()
+                out = target.generate(prompt, streamer=clock, return_dict_in_generate=True, **gen_kwargs)
+                times[m][index].append(clock.decode_seconds)
+                if repeat == repeats - 1:
+                    _record_decode(results[m], splits[m], prompt, out, clock)
+                if progress is not None:
+                    progress.update(1)
+    for result, split, per_prompt in zip(results, splits, times):
+        result.decode_seconds = [statistics.median(t) for t in per_prompt]
+        if result.acceptance:
+            result.time_split = split
+    return results
+
+
+def _record_decode(result: MethodResult, split: dict, prompt, out, clock) -> None:
+    """One prompt's tokens and round statistics into ``result`` (greedy: the same tokens every pass)."""
+    result.decode_tokens.append(clock.decode_tokens)
+    result.sequences.append(out.sequences[0, prompt.shape[1]:].tolist())
+    stats = getattr(out, "speculative_stats", None)
+    if stats is None:
+        return
+    result.acceptance.append(list(stats.acceptance_lengths))
+    result.verified_rows += stats.num_rounds * stats.block_size  # rows (tree nodes) through the target
+    split["draft"] += stats.draft_time
+    split["verify"] += stats.verify_time
+    split["other"] += stats.other_time
+    for key in ("rescued_tokens", "initial_mismatches", "draft_forwards", "switches"):
+        result.counters[key] = result.counters.get(key, 0) + getattr(stats, key)
+    last = None  # the last drafting round's drafter (plain steps draft nothing, switch nothing)
+    for i, name in enumerate(stats.drafter_per_round):
+        result.rounds.append((name, name != PLAIN and last is not None and last != name,
+                              stats.round_draft_seconds[i], stats.round_seconds[i]))
+        last = name if name != PLAIN else last
 
 
 @torch.no_grad()

@@ -23,7 +23,7 @@ from ..engine.graphs import CACHE_BUCKET, allow_a_graph_per_decoder
 from ..embedded import hub_models_dir
 from ..reports import has_compiled_baseline, markdown_table
 from .choices import ALL_METHODS, DTYPE_NAMES, LOSSLESS_DEFAULT  # noqa: F401 (re-exported)
-from .harness import MethodResult, run_method, tap_cost
+from .harness import MethodResult, run_method, run_methods_in_turns, tap_cost
 
 DTYPES = dict(zip(DTYPE_NAMES, (torch.bfloat16, torch.float32, torch.float16)))
 
@@ -204,6 +204,8 @@ def build_methods(models: BenchModels, args, longest_prompt: int = 0) -> list[tu
     stock, base = method_bases(args, longest_prompt)
     compiled = base != stock
     wanted = set(args.methods)
+    # `specgen compare` without --block-sizes shows each method's default call only: no fixed widths or variants
+    defaults_only = not getattr(args, "fixed_blocks", True)
     methods = [("autoregressive", stock)]
     if compiled:
         methods.append((COMPILED_BASELINE, {**base, "speculative_mode": "autoregressive"}))
@@ -212,7 +214,7 @@ def build_methods(models: BenchModels, args, longest_prompt: int = 0) -> list[tu
         methods.append(("dflash", {**base, "assistant_model": models.dflash, "speculative_mode": "dflash"}))
         methods += [(f"dflash b{b}", {**base, "assistant_model": models.dflash, "speculative_mode": "dflash",
                                       "block_size": b})
-                    for b in (args.block_sizes if getattr(args, "fixed_blocks", True) else [])]
+                    for b in ([] if defaults_only else args.block_sizes)]
         block = max(args.block_sizes)
         for n in getattr(args, "dflash_tree_nodes", []):  # each fixed tree, and trees of at most n nodes whose
             # budget (or a plain step) the width policy chooses each round
@@ -239,14 +241,15 @@ def build_methods(models: BenchModels, args, longest_prompt: int = 0) -> list[tu
         # the default call (a chain on a CPU, a tree on a GPU; each round's width or node budget, or a plain step,
         # chosen by the width policy), then the fixed tree
         methods.append(("eagle3", {**base, "assistant_model": models.eagle3, "speculative_mode": "eagle3"}))
-        methods.append((f"eagle3 tree {'/'.join(map(str, args.eagle_tree))}",
-                        {**base, "assistant_model": models.eagle3, "speculative_mode": "eagle3",
-                         **eagle_tree_kwargs(args)}))
+        if not defaults_only:
+            methods.append((f"eagle3 tree {'/'.join(map(str, args.eagle_tree))}",
+                            {**base, "assistant_model": models.eagle3, "speculative_mode": "eagle3",
+                             **eagle_tree_kwargs(args)}))
     if models.whiflash is not None and "whiflash" in wanted:
         bundle = models.whiflash
         whi = whiflash_kwargs(args, base)
-        for label, router, lazy in (("entropy", "entropy", True), ("neural", "neural", True),
-                                    ("neural, eager catch-up", "neural", False)):
+        variants = (("entropy", "entropy", True), ("neural", "neural", True), ("neural, eager catch-up", "neural", False))
+        for label, router, lazy in (() if defaults_only else variants):
             if router == "neural" and bundle.neural_router is None:
                 continue
             variant = copy.copy(bundle)  # shares the drafters; only the routing settings differ
@@ -537,12 +540,12 @@ def describe_run(models, args) -> str:
     lines = [f"target: {models.names.get('target')} | dtype: {args.dtype} | device: {args.device} | CPU: {cpu} | "
              f"torch threads: {torch.get_num_threads()}"]
     if getattr(args, "command", None) == "compare":
-        lines.append("DFlash runs with its default call: each round verifies the width that pays, from the target's "
-                     "measured costs and the drafter's running acceptance, and falls back to plain steps when no "
-                     "draft pays, so a drafter whose drafts are rarely accepted runs at about the speed of stock "
-                     "generate. The SmolLM2 DFlash drafter shipped today is still young (about 1.5 tokens a round on "
-                     "held-out prompts, decoding about 1.1-1.2x stock generate on a CPU; the README says what is "
-                     "being trained, docs/width-policy.md how the width is chosen); the tiny world's drafter "
+        lines.append("Each method runs its default call: every round verifies the width that pays (WhiFlash: with "
+                     "the drafter that pays), from the target's measured costs and the drafter's running acceptance, "
+                     "and falls back to plain steps when no draft pays, so a weak drafter runs at about the speed "
+                     "of stock generate. The SmolLM2 drafters shipped today are young (on held-out prompts DFlash "
+                     "commits about 1.7 tokens a round, EAGLE-3's tree about 3; the README says what is being "
+                     "trained, docs/width-policy.md how the width is chosen); the tiny world's DFlash drafter "
                      "(`--target tiny`, about 4 tokens a round) shows what a trained one gives. In bf16 a "
                      "multi-token verify can round a near-tie differently from stock generate; --dtype fp32 is exact.")
     return "\n".join(lines) + "\n"
@@ -566,17 +569,15 @@ def run_bench(args, *, show_texts: bool) -> dict:
     longest = max(p.shape[1] for p in prompts)
     methods = (fly_sweep_methods(models, args, longest) if getattr(args, "fly_sweep", False)
                else build_methods(models, args, longest))
-    results = []
-    with tqdm(total=len(methods) * len(prompts), desc="decoding", unit="prompt") as bar:
-        for name, kwargs in methods:
-            bar.set_postfix(method=name)
-            results.append(run_method(models.target, prompts, kwargs, args.repeats, name, bar,
-                                      before_prompt=_category_thresholds(kwargs.get("assistant_model"), records)))
-        oracle = step_oracle(models, args, prompts, results, longest)
+    with tqdm(total=len(methods) * len(prompts) * args.repeats, desc="decoding", unit="decode") as bar:
+        # the methods take turns within every pass (stock generate's time moves with the load as theirs does)
+        results = run_methods_in_turns(models.target, prompts, [
+            (name, kwargs, _category_thresholds(kwargs.get("assistant_model"), records)) for name, kwargs in methods],
+            args.repeats, bar)
+        oracle = step_oracle(models, args, prompts, results, longest)  # built from the others' rounds: after them
         if oracle is not None:
             name, kwargs, before_prompt = oracle
-            bar.total += len(prompts)
-            bar.set_postfix(method=name)
+            bar.total += len(prompts) * args.repeats
             results.append(run_method(models.target, prompts, kwargs, args.repeats, name, bar,
                                       before_prompt=before_prompt))
     report = summarize(results, records, models.tokenizer, args.max_new_tokens)

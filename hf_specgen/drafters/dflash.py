@@ -6,13 +6,15 @@ Round r, with ``start`` = slot of the last committed token and W = block size:
   2. the block [token at start, mask x (W-1)] (positions of slots start..start+W-1) is denoised in the same forward;
      its K/V are written into the cache right after the context rows, so attention reads the static cache buffer
      in place (no per-layer concatenation) with a mask that places the block;
-  3. slot k>=1 proposes argmax(lm_head(h_k)) for the token at start+k.
+  3. slot k>=1 proposes argmax(lm_head(h_k)) for the token at start+k (over the drafter's draft vocabulary when it
+     has one: ``DraftHead``).
 The drafter cache length then goes back to start: it keeps exactly the context slots < start.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from ..engine.cache import CachePool, set_cache_length
 from ..engine.graphs import StepRunner
@@ -65,6 +67,31 @@ def check_dflash_fits_target(drafter: DFlashDraftModel, target, block_size: int)
         )
 
 
+class DraftHead:
+    """The drafter's logits from its hidden states: the target's lm_head, or only its rows for the drafter's draft
+    vocabulary (``DFlashDraftModel.draft_vocab``, [N] token ids): hidden [..., H] -> logits [..., N] (N = V without
+    one), and ``token_ids`` maps their columns back to token ids. The restriction changes which tokens are proposed,
+    never what is committed: the target verifies every one."""
+
+    def __init__(self, lm_head, draft_vocab: torch.Tensor | None):
+        if draft_vocab is not None:
+            draft_vocab = draft_vocab.to(lm_head.weight.device)
+        self.lm_head, self.draft_vocab = lm_head, draft_vocab
+        self.weight, self.bias = lm_head.weight, None  # [N, H] (N = V without a draft vocabulary)
+        # the width policy's cost tables key the drafting cost by the head's size
+        self.cost_kind = "" if draft_vocab is None else f"draft vocab {draft_vocab.numel()}"
+        if draft_vocab is not None:
+            self.weight = lm_head.weight.index_select(0, draft_vocab)  # made once per call
+            bias = getattr(lm_head, "bias", None)
+            self.bias = bias.index_select(0, draft_vocab) if bias is not None else None
+
+    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden) if self.draft_vocab is None else F.linear(hidden, self.weight, self.bias)
+
+    def token_ids(self, columns: torch.Tensor) -> torch.Tensor:
+        return columns if self.draft_vocab is None else self.draft_vocab[columns]
+
+
 class DFlashProposer:
     takes_any_context_rows = True  # its mask hides the uncommitted rows, however many come
     drafts_any_width = True  # propose(width): the lm_head runs over the verified prefix only
@@ -77,7 +104,11 @@ class DFlashProposer:
         self.drafter = drafter
         self.tapped_layer_ids = list(drafter.target_layer_ids)
         self.embed = target.get_input_embeddings()
-        self.lm_head = target.get_output_embeddings()
+        vocab = drafter.draft_vocab
+        if vocab is not None and int(vocab.max()) >= self.embed.num_embeddings:
+            raise ValueError(f"the DFlash drafter's draft vocabulary holds token id {int(vocab.max())}, past the "
+                             f"target's {self.embed.num_embeddings} tokens: it was made for another target")
+        self.head = DraftHead(target.get_output_embeddings(), vocab)
         self.mask_token_id = int(drafter.mask_token_id)
         # The block's K/V are written right after the pending context rows, up to W slots past the verified ones.
         self.cache_margin = self.draft_width
@@ -92,7 +123,7 @@ class DFlashProposer:
         # rows: the round verifies only its first rows (adaptive width), so only their drafts go through the
         # lm_head, which on a large vocabulary costs more than the drafter's layers (the block itself stays whole:
         # its rows attend each other both ways)
-        return self.lm_head(hidden[:, 1:rows]).argmax(dim=-1)  # [B, rows-1] (rows None: [B, W-1])
+        return self.head.token_ids(self.head(hidden[:, 1:rows]).argmax(dim=-1))  # [B, rows-1] (rows None: [B, W-1])
 
     def start(self, session, prompt_features: torch.Tensor) -> None:
         self.session = session
@@ -196,8 +227,9 @@ class DFlashTreeProposer(DFlashProposer):
         # block_ids [B, W]; context_features [B, C, n_taps*H]; positions [B, C+W]; mask [B, 1, W, K]
         hidden = self.drafter(self.embed(block_ids), context_features, positions, self.cache, mask,
                               cache_block=True)  # [B, W, H]
-        logprobs = torch.log_softmax(self.lm_head(hidden[:, 1:]).float(), dim=-1)  # [B, D, V], D = W - 1
-        return logprobs.topk(self.top_k, dim=-1)  # values, indices: [B, D, K]
+        logprobs = torch.log_softmax(self.head(hidden[:, 1:]).float(), dim=-1)  # [B, D, N], D = W - 1
+        values, columns = logprobs.topk(self.top_k, dim=-1)  # [B, D, K]
+        return values, self.head.token_ids(columns)
 
     def _context_widths(self) -> set[int]:
         return {self.draft_width}  # the verify hands back its accepted path: depth + 1 rows at any budget

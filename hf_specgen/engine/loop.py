@@ -526,9 +526,10 @@ class SpeculativeDecoder:
             widths = (1, width)  # a router's tree is verified whole: drafting or a plain step
         proposer.verify_widths = set(widths)  # the drafter keeps one graph per width its context can have
         token_by_token = getattr(proposer, "drafts_token_by_token", False)
-        # the DFlash block's drafting cost is kept under the bare key (as saved before other drafters adapted)
+        # the DFlash block's drafting cost is kept under the bare key (as saved before other drafters adapted), a
+        # drafter's with a draft vocabulary (a smaller lm_head product) under its own
         head_by_width = getattr(proposer, "drafts_head_by_width", False)
-        drafter_kind = "" if head_by_width else type(proposer).__name__
+        drafter_kind = proposer.head.cost_kind if head_by_width else type(proposer).__name__
         table = costs_of(self.target).table(cost_key(session.device, session.mask_dtype, session.batch_size,
                                                      self.compile_steps, drafter_kind))
         if borrow is not None:
@@ -552,7 +553,7 @@ class SpeculativeDecoder:
             set_cache_length(self.cache, starts)
         if table.draft_head is None and head_by_width and not self.compile_steps:
             # the lm_head over the block's W - 1 drafted rows: what a narrower round's drafting skips
-            head = proposer.lm_head
+            head = proposer.head
             rows = torch.zeros(session.batch_size, width - 1, head.weight.shape[1], dtype=head.weight.dtype,
                                device=head.weight.device)
             table.draft_head = measure_verify_costs(lambda w: head(rows), (width,), session.device)[width]

@@ -26,9 +26,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..drafters.dflash import DraftHead
 from ..models.dflash import AnchoredBlocks, DFlashDraftModel, dflash_config_for_target
 from .corpus import read_jsonl
-from .lm import chat_examples
+from .lm import chat_examples, most_frequent_answer_tokens
 from .loop import (BudgetBatches, add_run_arguments, epoch_batch, load_frozen_target, run_training, settings_from_args,
                    start_run)
 
@@ -288,11 +289,12 @@ def offline_acceptance(drafter, target, examples, pad_id: int, limit: int = 64) 
     generator = torch.Generator().manual_seed(1234)
     block = drafter.block_size
     matches, blocks = 0, 0
+    head = DraftHead(target.lm_head, drafter.draft_vocab)  # the lm_head over the drafter's draft vocabulary
     for start in range(0, min(limit, len(examples)), 8):
         batch = build_anchor_batch(examples[start: start + 8], block, 10_000, pad_id, generator)
         hidden = drafter_block_states(drafter, target, batch)
         m = hidden.shape[0]
-        guess = target.lm_head(hidden).argmax(-1).view(m, -1, block)[..., 1:]  # [M, A, B-1]
+        guess = head.token_ids(head(hidden).argmax(-1)).view(m, -1, block)[..., 1:]  # [M, A, B-1]
         labels = batch.labels.to(guess.device)[..., 1:]
         judged = (labels != -100).all(-1) & batch.anchor_valid.to(guess.device)
         leading = (guess == labels).long().cumprod(-1).sum(-1)  # [M, A] leading matches per block
@@ -349,6 +351,9 @@ def train_dflash(args) -> dict:
                                   tokenizer.pad_token_id, generator)
 
     train_vocab = seen_vocabulary(examples, target.config.vocab_size) if args.train_vocab == "seen" else None
+    if args.draft_vocab_size is not None:  # 0 lifts a restriction --init-from's drafter had
+        drafter.set_draft_vocab(most_frequent_answer_tokens(train, target.config.vocab_size, args.draft_vocab_size)
+                                if args.draft_vocab_size else None)
 
     def loss_fn(model, batch):
         if target.device != next(model.parameters()).device:
@@ -371,6 +376,7 @@ def train_dflash(args) -> dict:
                                  "init_layers_from_target": bool(args.init_layers_from_target),
                                  "attention": attention, "soft_label_weight": args.soft_label_weight,
                                  "train_vocab": len(train_vocab) if train_vocab is not None else "all",
+                                 "draft_vocab": len(drafter.draft_vocab) if drafter.draft_vocab is not None else "all",
                                  "drafter_parameters": sum(p.numel() for p in drafter.parameters())})
     drafter.save_pretrained(out_dir / "model")
     print(json.dumps({k: v for k, v in log.items() if k != "history"}, indent=2))
@@ -400,6 +406,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--train-vocab", default="all", choices=["all", "seen"],
                         help="softmax over the whole vocabulary (default), or only over tokens present in the data "
                              "(a CPU saving for large vocabularies; inference always uses the full lm_head)")
+    parser.add_argument("--draft-vocab-size", type=int, default=None,
+                        help="the drafter proposes only the N most frequent answer tokens of the training data, so "
+                             "its lm_head product runs over N rows instead of the vocabulary (lossless: the target "
+                             "verifies); saved with the drafter. 0: the whole vocabulary. Default: the whole "
+                             "vocabulary, or --init-from's choice")
     parser.add_argument("--soft-label-weight", type=float, default=0.0,
                         help="weight in [0, 1] of a KL term towards the target's own next-token distribution (from "
                              "the same target forward), beside the cross entropy on the data's tokens")

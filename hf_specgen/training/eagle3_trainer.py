@@ -19,7 +19,6 @@ in the EAGLE layout (``midlayer.*``, ``d2t``, ``t2d``), loadable by ``hf_specgen
 from __future__ import annotations
 
 import json
-from collections import Counter
 
 import torch
 import torch.nn.functional as F
@@ -27,7 +26,7 @@ from transformers import LlamaConfig
 
 from ..models.eagle3 import Eagle3DraftModel, default_eagle3_layer_ids
 from .corpus import read_jsonl
-from .lm import IGNORE, chat_examples, pad_chat_batch
+from .lm import IGNORE, chat_examples, most_frequent_answer_tokens, pad_chat_batch
 from .loop import add_run_arguments, epoch_batch, load_frozen_target, run_training, settings_from_args, start_run
 
 
@@ -35,13 +34,7 @@ def draft_vocabulary(examples, vocab_size: int, draft_vocab_size: int) -> tuple[
     """(d2t [draft_vocab], t2d [vocab]) keeping the most frequent response tokens, in increasing id order."""
     if draft_vocab_size >= vocab_size:
         return torch.zeros(vocab_size, dtype=torch.long), torch.ones(vocab_size, dtype=torch.bool)
-    counts = Counter(tok for ids, n_prompt in examples for tok in ids[n_prompt:])
-    common = [tok for tok, _ in counts.most_common(draft_vocab_size)]
-    # Pad with the lowest unused ids if the data has fewer distinct tokens than the draft vocabulary.
-    filler = (t for t in range(vocab_size) if t not in set(common))
-    while len(common) < draft_vocab_size:
-        common.append(next(filler))
-    kept = torch.tensor(sorted(common))
+    kept = most_frequent_answer_tokens(examples, vocab_size, draft_vocab_size)
     t2d = torch.zeros(vocab_size, dtype=torch.bool)
     t2d[kept] = True
     return kept - torch.arange(draft_vocab_size), t2d

@@ -110,6 +110,16 @@ def _continued_line(log: dict) -> str:
             "steps below add to that drafter's")
 
 
+def _draft_vocab_line(log: dict) -> str:
+    """The card's sentence on the drafter's draft vocabulary, when its training gave it one."""
+    size = log.get("draft_vocab")
+    if not isinstance(size, int):
+        return ""
+    return (f" It proposes only the {size:,} most frequent answer tokens of its training data (`dflash_config."
+            "draft_vocab`, an hf_specgen addition that other readers ignore): the lm_head product over each drafted "
+            f"slot covers {size:,} rows instead of the whole vocabulary, and the target still verifies every token.")
+
+
 def dflash_card(runs: Path, bench: dict) -> str:
     log = _read(runs / "dflash" / "log.json")
     cmds = _commands(runs)
@@ -123,8 +133,8 @@ def dflash_card(runs: Path, bench: dict) -> str:
 A DFlash block-diffusion drafter for [SmolLM2-135M-Instruct](https://huggingface.co/{BASE_MODEL}): block 16,
 {last.get('drafter_parameters', 0) / 1e6:.1f}M parameters (2 decoder layers of the target's width), reading 4 of the
 target's layers (`dflash_config.target_layer_ids` in `config.json`) and borrowing its embedding and lm_head. One
-forward drafts 15 tokens; the target verifies them in one forward, so the output is exactly the target's. z-lab's
-checkpoint format (`DFlashDraftModel`, `dflash.py`, `auto_map`). {_remote_code_note(DFLASH)}
+forward drafts 15 tokens; the target verifies them in one forward, so the output is exactly the target's.{_draft_vocab_line(last)}
+z-lab's checkpoint format (`DFlashDraftModel`, `dflash.py`, `auto_map`). {_remote_code_note(DFLASH)}
 
 {_usage(DFLASH, "dflash")}
 

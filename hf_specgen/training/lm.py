@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,6 +101,18 @@ def chat_examples(tokenizer, records: list[dict], max_length: int) -> list[tuple
         if response:
             out.append(((prompt + response)[:max_length], len(prompt)))
     return [(ids, n_prompt) for ids, n_prompt in out if n_prompt < len(ids)]
+
+
+def most_frequent_answer_tokens(examples: list[tuple[list[int], int]], vocab_size: int, count: int) -> torch.Tensor:
+    """[count] sorted ids: the most frequent answer tokens of (ids, prompt length) examples, padded with the lowest
+    unused ids when the data has fewer distinct tokens (a drafter's draft vocabulary)."""
+    counts = Counter(tok for ids, n_prompt in examples for tok in ids[n_prompt:])
+    common = [tok for tok, _ in counts.most_common(count)]
+    taken = set(common)
+    filler = (t for t in range(vocab_size) if t not in taken)
+    while len(common) < count:
+        common.append(next(filler))
+    return torch.tensor(sorted(common))
 
 
 def pad_chat_batch(examples: list[tuple[list[int], int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:

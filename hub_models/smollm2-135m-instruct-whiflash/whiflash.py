@@ -105,6 +105,12 @@ class WhiFlash(PreTrainedModel):
     def _init_weights(self, module):
         pass  # the drafters initialize themselves; loading overwrites everything
 
+    def save_pretrained(self, *args, **kwargs):
+        # the drafters' configs as they are now: a drafter changed after bundling (a DFlash draft vocabulary set)
+        # must be rebuilt that way when the bundle loads
+        self.config.ar_config, self.config.parallel_config = _config_dict(self.ar), _config_dict(self.parallel)
+        return super().save_pretrained(*args, **kwargs)
+
     def save_linked(self, folder, ar_path: str, parallel_path: str) -> None:
         """Save routing settings and the router only, pointing at the drafters' folders (paths relative to
         ``folder``, or Hub ids). Load it with ``hf_specgen.load_drafter(folder)``; ``save_pretrained`` instead

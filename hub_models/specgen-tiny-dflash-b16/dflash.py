@@ -13,6 +13,10 @@ Architecture (DFlash paper; checkpoint names as published by z-lab):
   * A block ``[last committed token, mask, ..., mask]`` is denoised in ONE forward: block queries see every
     context key and every key of their own block (no causal mask inside the block). Slot k predicts the
     token at block position k (no shift).
+  * Optional (hf_specgen's addition; other readers ignore the key, the weights file is unchanged):
+    ``dflash_config.draft_vocab``, the sorted token ids the drafter proposes. Its logits are then the lm_head's
+    rows for those N ids: an [N, H] product per drafted slot instead of [V, H], which on a small target is most of
+    a drafting forward. Proposals only: the target still verifies every token.
 """
 
 from __future__ import annotations
@@ -86,6 +90,7 @@ def read_dflash_settings(config) -> dict:
         "mask_token_id": mask_token_id,
         "target_layer_ids": [int(i) for i in layer_ids],
         "num_target_layers": num_target_layers,
+        "draft_vocab": [int(i) for i in nested["draft_vocab"]] if nested.get("draft_vocab") else None,
     }
 
 
@@ -251,6 +256,26 @@ class DFlashDraftModel(PreTrainedModel):
         self.norm = Qwen3RMSNorm(hidden, eps=config.rms_norm_eps)
         self.rotary_emb = Qwen3RotaryEmbedding(config=config)
         self.post_init()
+
+    @property
+    def draft_vocab(self) -> torch.Tensor | None:
+        """[N] sorted token ids the drafter proposes (its config's ``dflash_config.draft_vocab``), None: every token."""
+        ids = read_dflash_settings(self.config)["draft_vocab"]
+        return torch.tensor(ids, dtype=torch.long) if ids else None
+
+    def set_draft_vocab(self, token_ids) -> None:
+        """Restrict the drafter's proposals to ``token_ids`` (distinct ids of the target's vocabulary, e.g. the most
+        frequent tokens of its answers), or lift the restriction with None. Kept in the config, saved with it."""
+        nested = {k: v for k, v in dict(self.config.dflash_config or {}).items() if k != "draft_vocab"}
+        if token_ids is not None:
+            ids = torch.as_tensor(token_ids, dtype=torch.long).flatten().sort().values
+            vocab = self.config.vocab_size
+            if ids.numel() == 0 or int(ids[0]) < 0 or int(ids[-1]) >= vocab or bool((ids[1:] == ids[:-1]).any()):
+                raise ValueError(f"a draft vocabulary takes distinct token ids in [0, {vocab}) (the target's "
+                                 f"vocabulary); got {ids.numel()} ids from {int(ids[0]) if ids.numel() else None} to "
+                                 f"{int(ids[-1]) if ids.numel() else None}")
+            nested["draft_vocab"] = ids.tolist()
+        self.config.dflash_config = nested
 
     def __getattr__(self, name: str):
         if name == "generation_config":  # transformers' plain assisted generation asks for it

@@ -16,6 +16,7 @@ in the report as "not_checked", and the exit status is then non-zero too.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import random
 import signal
@@ -35,16 +36,19 @@ import hf_specgen  # noqa: E402
 from hf_specgen.bench.models import synthetic_pair  # noqa: E402
 
 # Modes whose greedy rounds read the device once (WhiFlash's router and FLy's prompt lookup read tokens on the host).
-ONE_READ_PER_ROUND = {"autoregressive", "dflash", "dflash-tree", "classic", "eagle3-chain", "eagle3-tree",
-                      "eagle3-chain-adaptive", "fly"}
+ONE_READ_PER_ROUND = {"autoregressive", "dflash", "dflash-draft-vocab", "dflash-tree", "classic", "eagle3-chain",
+                      "eagle3-tree", "eagle3-chain-adaptive", "fly"}
 
 
 def assistants(drafter, draft_lm, eagle) -> dict[str, tuple]:
     """name -> (assistant_model, generate kwargs naming the mode)."""
     bundle = hf_specgen.WhiFlash(ar=eagle, parallel=drafter, router="entropy")
+    restricted = copy.deepcopy(drafter)  # proposes every other token id only (its lm_head over half the rows)
+    restricted.set_draft_vocab(range(0, drafter.config.vocab_size, 2))
     return {
         "autoregressive": (None, {"speculative_mode": "autoregressive"}),
         "dflash": (drafter, {"speculative_mode": "dflash"}),
+        "dflash-draft-vocab": (restricted, {"speculative_mode": "dflash"}),
         "dflash-tree": (drafter, {"speculative_mode": "dflash", "dflash_tree_nodes": 16}),
         "classic": (draft_lm, {"speculative_mode": "classic", "num_draft_tokens": 4}),
         "eagle3-chain": (eagle, {"speculative_mode": "eagle3", "eagle_top_k": 1, "num_draft_tokens": 4}),

@@ -586,8 +586,6 @@ def test_sharded_regenerate_writes_a_dataset_folder_that_resumes_and_trainers_re
 def test_the_committed_distillation_prompts_share_nothing_with_a_benchmark():
     """The real target's data set: its prompt file (and so every answered shard) is disjoint from every benchmark
     prompt, in the proportions its card states."""
-    from collections import Counter
-
     from hf_specgen.bench.prompt_sets import shares_text_with_a_benchmark
 
     folder = Path(__file__).resolve().parents[1] / "datasets" / "smollm2-135m-instruct-distill"

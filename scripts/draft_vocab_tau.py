@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import hf_specgen  # noqa: E402
 from hf_specgen.drafters.dflash import DraftHead  # noqa: E402
 from hf_specgen.training.corpus import read_jsonl  # noqa: E402
-from hf_specgen.training.dflash_trainer import build_anchor_batch, drafter_block_states  # noqa: E402
+from hf_specgen.training.dflash_trainer import offline_acceptance_by_head  # noqa: E402
 from hf_specgen.training.lm import chat_examples, most_frequent_answer_tokens  # noqa: E402
 from hf_specgen.training.loop import load_frozen_target  # noqa: E402
 
@@ -54,29 +54,18 @@ def main() -> None:
     drafter = hf_specgen.load_drafter(args.drafter, dtype=torch.float32).eval()
     heads = {None: DraftHead(target.lm_head, None),
              **{n: DraftHead(target.lm_head, ids) for n, ids in vocabularies.items()}}
-    matches, blocks = Counter(), 0
-    generator = torch.Generator().manual_seed(1234)  # offline_acceptance's anchors
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        for start in range(0, len(examples), 8):
-            batch = build_anchor_batch(examples[start: start + 8], drafter.block_size, 10_000,
-                                       tokenizer.pad_token_id, generator)
-            hidden = drafter_block_states(drafter, target, batch)
-            labels = batch.labels[..., 1:]
-            judged = (labels != -100).all(-1) & batch.anchor_valid
-            blocks += int(judged.sum())
-            for n, head in heads.items():
-                guess = head.token_ids(head(hidden).argmax(-1)).view(hidden.shape[0], -1, drafter.block_size)[..., 1:]
-                matches[n] += int((guess == labels).long().cumprod(-1).sum(-1)[judged].sum())
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # as scripts/offline_tau.py
+        taus, blocks = offline_acceptance_by_head(drafter, target, examples, tokenizer.pad_token_id, heads)
     total = sum(train_counts.values())
     print(f"{len(counted)} training answers ({total} tokens), {len(rows)} held-out answers; offline tau on "
           f"{len(examples)} of them ({blocks} blocks)\n")
     print("| draft vocabulary | training answer tokens covered | held-out answer tokens covered | offline tau |")
     print("|---|---|---|---|")
-    print(f"| all {vocab_size} | 100% | 100% | {1 + matches[None] / blocks:.3f} |")
+    print(f"| all {vocab_size} | 100% | 100% | {taus[None]:.3f} |")
     for n, ids in vocabularies.items():
         share = sum(train_counts[t] for t in ids.tolist()) / total
         held = float(torch.isin(heldout_tokens, ids).float().mean())
-        print(f"| {n} | {100 * share:.1f}% | {100 * held:.1f}% | {1 + matches[n] / blocks:.3f} |")
+        print(f"| {n} | {100 * share:.1f}% | {100 * held:.1f}% | {taus[n]:.3f} |")
 
 
 if __name__ == "__main__":

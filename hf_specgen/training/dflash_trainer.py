@@ -284,23 +284,32 @@ def offline_acceptance(drafter, target, examples, pad_id: int, limit: int = 64) 
 
     For every response anchor whose block lies inside the response, the drafter's greedy block is compared with the
     true next tokens; tau = 1 + the number of leading matches (the target's bonus token counts). A quick proxy for
-    decode-time tau on the target's own text.
+    decode-time tau on the target's own text. The drafter's draft vocabulary, if any, limits its guesses.
     """
+    head = DraftHead(target.lm_head, drafter.draft_vocab)
+    taus, blocks = offline_acceptance_by_head(drafter, target, examples, pad_id, {None: head}, limit)
+    return {"offline_tau": taus[None], "blocks_judged": blocks}
+
+
+@torch.no_grad()
+def offline_acceptance_by_head(drafter, target, examples, pad_id: int, heads: dict, limit: int = 64):
+    """``offline_acceptance`` for several ways of turning the drafter's block states into guesses ({name:
+    DraftHead}; the states are computed once): ({name: offline tau}, blocks judged)."""
     generator = torch.Generator().manual_seed(1234)
     block = drafter.block_size
-    matches, blocks = 0, 0
-    head = DraftHead(target.lm_head, drafter.draft_vocab)  # the lm_head over the drafter's draft vocabulary
+    matches, blocks = dict.fromkeys(heads, 0), 0
     for start in range(0, min(limit, len(examples)), 8):
         batch = build_anchor_batch(examples[start: start + 8], block, 10_000, pad_id, generator)
         hidden = drafter_block_states(drafter, target, batch)
         m = hidden.shape[0]
-        guess = head.token_ids(head(hidden).argmax(-1)).view(m, -1, block)[..., 1:]  # [M, A, B-1]
-        labels = batch.labels.to(guess.device)[..., 1:]
-        judged = (labels != -100).all(-1) & batch.anchor_valid.to(guess.device)
-        leading = (guess == labels).long().cumprod(-1).sum(-1)  # [M, A] leading matches per block
-        matches += int(leading[judged].sum())
+        labels = batch.labels.to(hidden.device)[..., 1:]
+        judged = (labels != -100).all(-1) & batch.anchor_valid.to(hidden.device)
         blocks += int(judged.sum())
-    return {"offline_tau": 1 + matches / max(blocks, 1), "blocks_judged": blocks}
+        for name, head in heads.items():
+            guess = head.token_ids(head(hidden).argmax(-1)).view(m, -1, block)[..., 1:]  # [M, A, B-1]
+            leading = (guess == labels).long().cumprod(-1).sum(-1)  # [M, A] leading matches per block
+            matches[name] += int(leading[judged].sum())
+    return {name: 1 + count / max(blocks, 1) for name, count in matches.items()}, blocks
 
 
 def train_dflash(args) -> dict:

@@ -8,6 +8,7 @@ from .engine.fly import FLY_SAMPLING_RULES, FLY_WINDOW_CONVENTIONS, check_fly_se
 
 SPECULATIVE_MODES = ("dflash", "classic", "eagle3", "whiflash", "fly", "autoregressive")
 LOSSY_MODES = ("fly",)
+LOOKUP_MODES = ("dflash", "classic", "eagle3", "whiflash")  # modes that draft blocks or chains (prompt_lookup)
 DEFAULT_NUM_DRAFT_TOKENS = {"classic": 7, "eagle3": 7, "fly": 15}
 DEFAULT_EAGLE_TOP_K = 10  # an EAGLE-3 tree's candidates per level (the WhiFlash paper's), where a tree is drafted
 DEFAULT_EAGLE_TOTAL_TOKENS = 60  # an EAGLE-3 tree's nodes per round (the WhiFlash paper's); adaptive: at most this
@@ -64,6 +65,14 @@ class SpeculativeConfig:
     fly_entropy_threshold: theta for the top-3 entropy gate, in nats (default 0.3; <= 0.01 disables the gate).
     fly_sampling_rule: with do_sample=True: "reference" (draft accepted if it equals either of two target samples;
                    FLy's code) or "lossless_core" (speculative sampling, with FLy's rescues on top).
+    prompt_lookup: each drafting round, a row that is copying from its own text (its last 3 tokens occurred earlier in
+                   the prompt or the output, or its last 2 and what followed them starts with the drafter's first
+                   draft) verifies the tokens that followed that earlier occurrence instead of the drafter's
+                   (lossless: only proposals change). Blocks and chains ("dflash", "classic", "eagle3" chains,
+                   "whiflash"); not trees. None = on in the default call (where the width policy chooses each
+                   round's width) of one prompt, off for a batch (whose rows share one width: copies slowed
+                   batches of 4 in the benchmark) and with an explicit width; True = on, batches too; False = the
+                   drafter alone (docs/methods.md).
     fly_ngram:     Multi-Level Acceleration for a draft LM: prompt-lookup candidates checked by the draft model, so one
                    draft forward can yield several draft tokens; the draft tokens are the same. None = on for "fly".
     """
@@ -80,6 +89,7 @@ class SpeculativeConfig:
     dflash_tree_nodes: int = 0
     dflash_tree_top_k: int | None = None
     adaptive_width: bool | None = None
+    prompt_lookup: bool | None = None
     fly_window: int = 6
     fly_window_convention: str = "reference"
     fly_entropy_threshold: float = 0.3
@@ -154,6 +164,11 @@ class SpeculativeConfig:
         if self.adaptive_width and self.draft_confidence_threshold is not None:
             raise ValueError("draft_confidence_threshold is a width heuristic of its own (each row stops drafting "
                              "when unsure): drop it, or adaptive_width.")
+        if self.prompt_lookup not in (None, True, False):
+            raise ValueError(f"prompt_lookup must be True, False or None (automatic), got {self.prompt_lookup!r}.")
+        if self.prompt_lookup and (self.mode not in LOOKUP_MODES or self.dflash_tree_nodes):
+            raise ValueError("prompt_lookup puts copied tokens into a drafted block or chain ('dflash', 'classic', "
+                             "'eagle3' chains, 'whiflash'); DFlash trees and FLy do not take it: drop prompt_lookup.")
         check_fly_settings(self.fly_window, self.fly_entropy_threshold)
         if self.fly_window_convention not in FLY_WINDOW_CONVENTIONS:
             raise ValueError(f"fly_window_convention must be one of {FLY_WINDOW_CONVENTIONS}, got {self.fly_window_convention!r}.")
@@ -178,6 +193,12 @@ class SpeculativeConfig:
         if self.mode == "whiflash":  # plain steps, or a drafter (the vote as context) and its width
             return self.block_size is None and self.num_draft_tokens is None and self.eagle_total_tokens is None
         return self.mode == "dflash" and not self.dflash_tree_nodes and self.block_size is None
+
+    def looks_up(self, drafts_trees: bool) -> bool:
+        """Whether drafting rounds verify copied tokens where a row repeats its text (see ``prompt_lookup``)."""
+        if self.prompt_lookup is not None:
+            return self.prompt_lookup
+        return self.adapts_width and not drafts_trees and self.mode in LOOKUP_MODES
 
     def eagle_shape(self, device_type: str) -> int:
         """The EAGLE-3 top_k this call drafts with on ``device_type`` (1: a chain; see eagle_top_k)."""

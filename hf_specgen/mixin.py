@@ -34,6 +34,7 @@ from .models.whiflash import WhiFlash
 _FLAT_KWARGS = {"speculative_mode": "mode", "block_size": "block_size", "num_draft_tokens": "num_draft_tokens",
                 "draft_confidence_threshold": "draft_confidence_threshold",
                 "speculative_compile": "compile", "max_cache_len": "max_cache_len", "adaptive_width": "adaptive_width",
+                "prompt_lookup": "prompt_lookup",
                 **{name: name for name in SpeculativeConfig.field_names()
                    if name.startswith(("fly_", "eagle_", "dflash_tree_"))}}
 _STOCK_KWARGS = {"max_cache_len"}  # also a stock generate argument: left alone in a non-speculative call
@@ -151,8 +152,13 @@ def _build_decoder(target, assistant_model, spec: SpeculativeConfig) -> Speculat
     if spec.mode == "fly":
         window = reference_window(spec.fly_window, spec.fly_window_convention)
         verifier = FlyVerifier(window, spec.fly_entropy_threshold, spec.fly_sampling_rule)
+    if spec.prompt_lookup and getattr(proposer, "drafts_trees", False):
+        raise ValueError("prompt_lookup puts copied tokens into a drafted block or chain, and this call drafts EAGLE-3 "
+                         "trees: pass eagle_top_k=1 (a chain), or drop prompt_lookup.")
     decoder = SpeculativeDecoder(target, proposer, spec.mode, compile_steps, verifier=verifier,
-                                 adaptive=spec.adapts_width, drafter=assistant_model)
+                                 adaptive=spec.adapts_width, drafter=assistant_model,
+                                 prompt_lookup=spec.looks_up(getattr(proposer, "drafts_trees", False)),
+                                 lookup_in_batches=spec.prompt_lookup is True)
     if compile_steps:
         target._hf_specgen_decoders = {key: decoder}  # one at a time: caches are big
     return decoder

@@ -36,7 +36,7 @@ import hf_specgen  # noqa: E402
 from hf_specgen.bench.models import synthetic_pair  # noqa: E402
 
 # Modes whose greedy rounds read the device once (WhiFlash's router and FLy's prompt lookup read tokens on the host).
-ONE_READ_PER_ROUND = {"autoregressive", "dflash", "dflash-draft-vocab", "dflash-tree", "classic", "eagle3-chain",
+ONE_READ_PER_ROUND = {"autoregressive", "dflash", "dflash-drafter-alone", "dflash-draft-vocab", "dflash-tree", "classic", "eagle3-chain",
                       "eagle3-tree", "eagle3-chain-adaptive", "fly"}
 
 
@@ -47,7 +47,8 @@ def assistants(drafter, draft_lm, eagle) -> dict[str, tuple]:
     restricted.set_draft_vocab(range(0, drafter.config.vocab_size, 2))
     return {
         "autoregressive": (None, {"speculative_mode": "autoregressive"}),
-        "dflash": (drafter, {"speculative_mode": "dflash"}),
+        "dflash": (drafter, {"speculative_mode": "dflash"}),  # the default call: copied tokens (prompt lookup) too
+        "dflash-drafter-alone": (drafter, {"speculative_mode": "dflash", "prompt_lookup": False}),
         "dflash-draft-vocab": (restricted, {"speculative_mode": "dflash"}),
         "dflash-tree": (drafter, {"speculative_mode": "dflash", "dflash_tree_nodes": 16}),
         "classic": (draft_lm, {"speculative_mode": "classic", "num_draft_tokens": 4}),

@@ -355,7 +355,8 @@ def build_app(models: Models | None = None) -> gr.Blocks:
                 run = gr.Button("Decode", variant="primary")
         with gr.Row():
             baseline = gr.Textbox(label="stock generate", lines=14, elem_id="baseline-pane")
-            speculative = gr.HighlightedText(label="speculative (green: drafted and accepted; blue: the target's own)",
+            speculative = gr.HighlightedText(label="speculative (green: drafted or copied, and accepted; blue: the "
+                                                   "target's own)",
                                              color_map={"draft": "green", "target": "blue"},
                                              show_inline_category=False, elem_id="speculative-pane")
         summary = gr.Markdown(elem_id="summary")

@@ -106,6 +106,82 @@ def test_rows_that_stop_early_are_padded_like_stock():
         assert out.tolist() == ref.tolist(), (mode, extra)
 
 
+def _stops_at_different_rounds(target, ids, mask, new_tokens: int, **common):
+    """Stop tokens that end most rows of the batch early, each at its own length: (stops, stock's output)."""
+    free = target.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=False, eos_token_id=None,
+                           **common)
+    new = free[:, ids.shape[1]:]
+    stops = sorted({int(new[b, 2 + 3 * b]) for b in range(len(ids) - 2)})
+    ref = target.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=False, eos_token_id=stops,
+                          pad_token_id=0, **common)
+    return stops, ref
+
+
+def test_an_eager_batch_drops_its_finished_rows_and_keeps_stock_tokens():
+    """Once half the rows or more are done, later rounds compute only the others (session, caches and each
+    proposer's per-row state keep those rows): every mode's tokens stay stock greedy's, per row, with a prefix
+    constraint that reads each row's index in the caller's batch and a repetition penalty that reads its padding.
+    A router (per-row votes), FLy and compiled steps keep the whole batch."""
+    target = make_target("qwen3", seed=5)
+    vocab = target.config.vocab_size
+    rng = random.Random(12)
+    ids, mask = padded_batch(rng, [9, 20, 14, 3, 30, 7, 11, 25])
+
+    def same_parity(batch_id, tokens):  # row b emits tokens of b's parity: a row handed another's index shows it
+        return list(range(batch_id % 2, vocab, 2))
+
+    common = dict(repetition_penalty=1.2, prefix_allowed_tokens_fn=same_parity)
+    stops, ref = _stops_at_different_rounds(target, ids, mask, 40, **common)
+    lengths = [int(row.ne(0).sum()) for row in ref[:, ids.shape[1]:]]
+    assert sum(length < max(lengths) for length in lengths) >= 4, lengths  # half the rows end before the last
+    small = make_target("qwen3", seed=6, num_hidden_layers=1)
+    dflash, eagle = make_dflash(target, block_size=8), make_eagle3(target)
+    calls = {
+        "autoregressive": (None, {}),
+        "dflash": (dflash, {}),  # the width policy: a smaller batch gets its own costs
+        "dflash-b8": (dflash, {"block_size": 8}),
+        "dflash-tree": (dflash, {"dflash_tree_nodes": 8}),
+        "classic": (small, {"num_draft_tokens": 4}),
+        "eagle3": (eagle, {"eagle_top_k": 1}),
+        "eagle3-tree": (eagle, {"eagle_top_k": 3, "eagle_depth": 4, "eagle_total_tokens": 10}),
+    }
+    for call, (assistant, extra) in calls.items():
+        out = target.generate(ids, attention_mask=mask, assistant_model=assistant, speculative_mode=call.split("-")[0],
+                              max_new_tokens=40, do_sample=False, eos_token_id=stops, pad_token_id=0,
+                              return_dict_in_generate=True, **common, **extra)
+        assert out.sequences.tolist() == ref.tolist(), call
+        stats = out.speculative_stats
+        sizes = stats.round_batch_sizes
+        assert sizes[0] == 8 and sizes[-1] <= 2 and sizes == sorted(sizes, reverse=True), (call, sizes)
+        assert stats.row_new_tokens == lengths, call
+        for row, new in zip(stats.row_acceptance_lengths, lengths):  # each row's rounds, at its place in the batch
+            assert 1 + sum(row) == new, call
+    whiflash = hf_specgen.WhiFlash(ar=eagle, parallel=dflash, router="random")
+    for mode, assistant, extra in (("whiflash", whiflash, {"eagle_top_k": 1}),
+                                   ("fly", small, {"fly_entropy_threshold": 1.0986, "num_draft_tokens": 4})):
+        out = target.generate(ids, attention_mask=mask, assistant_model=assistant, speculative_mode=mode,
+                              max_new_tokens=40, do_sample=False, eos_token_id=stops, pad_token_id=0,
+                              return_dict_in_generate=True, **common, **extra)
+        assert out.sequences.tolist() == ref.tolist(), mode
+        assert set(out.speculative_stats.round_batch_sizes) == {8}, mode
+
+
+def test_a_hybrid_batch_drops_its_finished_rows_with_their_recurrent_states():
+    """A target with linear-attention layers: the rows kept take their conv / recurrent states along."""
+    from test_hybrid import assistant_for, hybrid_target
+
+    target = hybrid_target("qwen3_5_text", seed=2)
+    rng = random.Random(5)
+    ids, mask = padded_batch(rng, [4, 13, 9, 6])
+    stops, ref = _stops_at_different_rounds(target, ids, mask, 24)
+    for call, extra in (("autoregressive", {}), ("dflash", {}), ("eagle3", {"eagle_top_k": 1})):
+        out = target.generate(ids, attention_mask=mask, assistant_model=assistant_for(call, target),
+                              speculative_mode=call, max_new_tokens=24, do_sample=False, eos_token_id=stops,
+                              pad_token_id=0, return_dict_in_generate=True, **extra)
+        assert out.sequences.tolist() == ref.tolist(), call
+        assert out.speculative_stats.round_batch_sizes[-1] <= 2, call
+
+
 def test_row_dependent_processors_see_each_rows_own_sequence_and_index():
     """Repetition penalty, min length and a prefix constraint that reads the batch row (``prefix_allowed_tokens_fn``
     gets stock generate's batch_id: row b may only emit tokens of b's parity) in a padded batch whose rows commit

@@ -210,8 +210,12 @@ def build_methods(models: BenchModels, args, longest_prompt: int = 0) -> list[tu
     if compiled:
         methods.append((COMPILED_BASELINE, {**base, "speculative_mode": "autoregressive"}))
     if models.dflash is not None and "dflash" in wanted:
-        # The default call (each round's width chosen by the width policy), then the fixed widths beside it.
+        # The default call (each round's width chosen by the width policy, copied tokens where a row repeats its text),
+        # then the fixed widths beside it.
         methods.append(("dflash", {**base, "assistant_model": models.dflash, "speculative_mode": "dflash"}))
+        if not defaults_only:  # the default call without copied tokens (prompt_lookup): the drafter alone
+            methods.append(("dflash, drafter alone", {**base, "assistant_model": models.dflash,
+                                                      "speculative_mode": "dflash", "prompt_lookup": False}))
         methods += [(f"dflash b{b}", {**base, "assistant_model": models.dflash, "speculative_mode": "dflash",
                                       "block_size": b})
                     for b in ([] if defaults_only else args.block_sizes)]
@@ -239,9 +243,11 @@ def build_methods(models: BenchModels, args, longest_prompt: int = 0) -> list[tu
         methods.append(("hf dflash", {**stock, "assistant_model": models.dflash, "speculation_type": "dflash"}))
     if models.eagle3 is not None and "eagle3" in wanted:
         # the default call (a chain on a CPU, a tree on a GPU; each round's width or node budget, or a plain step,
-        # chosen by the width policy), then the fixed tree
+        # chosen by the width policy; a chain takes copied tokens too), the drafter alone, then the fixed tree
         methods.append(("eagle3", {**base, "assistant_model": models.eagle3, "speculative_mode": "eagle3"}))
         if not defaults_only:
+            methods.append(("eagle3, drafter alone", {**base, "assistant_model": models.eagle3,
+                                                      "speculative_mode": "eagle3", "prompt_lookup": False}))
             methods.append((f"eagle3 tree {'/'.join(map(str, args.eagle_tree))}",
                             {**base, "assistant_model": models.eagle3, "speculative_mode": "eagle3",
                              **eagle_tree_kwargs(args)}))
@@ -543,7 +549,8 @@ def describe_run(models, args) -> str:
         lines.append("Each method runs its default call: every round verifies the width that pays (WhiFlash: with "
                      "the drafter that pays), from the target's measured costs and the drafter's running acceptance, "
                      "and falls back to plain steps when no draft pays, so a weak drafter runs at about the speed "
-                     "of stock generate. The SmolLM2 drafters shipped today are young (on held-out prompts DFlash "
+                     "of stock generate; where an answer repeats its prompt or itself, a row verifies the copied "
+                     "tokens instead of the drafter's (prompt_lookup). The SmolLM2 drafters shipped today are young (on held-out prompts DFlash "
                      "commits about 1.7 tokens a round, EAGLE-3's tree about 3; the README says what is being "
                      "trained, docs/width-policy.md how the width is chosen); the tiny world's DFlash drafter "
                      "(`--target tiny`, about 4 tokens a round) shows what a trained one gives. In bf16 a "

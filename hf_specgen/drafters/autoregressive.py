@@ -25,3 +25,6 @@ class NoDraftProposer:
 
     def commit(self, verify_features, n_committed: torch.Tensor) -> None:
         pass
+
+    def keep_rows(self, rows: list[int]) -> None:
+        pass  # no state of its own: every row's tokens are the session's

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from ..engine.cache import CachePool, set_cache_length
 from ..engine.graphs import StepRunner
+from ..engine.proposer import keep_batch_rows
 from ..engine.tree import TreeProposal, best_nodes_tree
 from ..models.dflash import DFlashDraftModel
 
@@ -192,6 +193,9 @@ class DFlashProposer:
             self.absorb(self.pending, self.pending_counts)
             self.pending_counts = None
         self.pending = torch.cat([self.pending, verify_features], dim=1)  # [B, C+1, n_taps*H]
+
+    def keep_rows(self, rows: list[int]) -> None:
+        keep_batch_rows(self, ("pending", "pending_counts", "context_start", "block_ids"), rows)
 
 
 class DFlashTreeProposer(DFlashProposer):

@@ -27,6 +27,7 @@ import torch
 
 from ..engine.cache import CachePool, set_cache_length
 from ..engine.graphs import StepRunner
+from ..engine.proposer import keep_batch_rows
 from ..engine.support import cache_keyword, recurrent_state_reason, rollback_layer_indices
 from ..engine.taps import decoder_layers
 from ..models.eagle3 import Eagle3DraftModel
@@ -201,3 +202,6 @@ class DraftModelProposer:
         """A plain step (width policy) committed one token per active row without drafting: the draft cache falls
         one more token behind, caught up when drafting resumes."""
         self.plain_steps += 1
+
+    def keep_rows(self, rows: list[int]) -> None:
+        keep_batch_rows(self, ("drafts", "_first_real_slots"), rows)

@@ -23,6 +23,7 @@ import torch
 
 from ..engine.cache import CachePool, set_cache_length
 from ..engine.graphs import StepRunner
+from ..engine.proposer import keep_batch_rows
 from ..engine.tree import TreeProposal, best_nodes_tree
 from ..models.eagle3 import Eagle3DraftModel, default_eagle3_layer_ids
 
@@ -159,6 +160,9 @@ class Eagle3ChainProposer:
             self.absorb(self.pending, self.pending_counts)
             self.pending_counts = None
         self.pending = torch.cat([self.pending, verify_features], dim=1)  # [B, C+1, n*H]
+
+    def keep_rows(self, rows: list[int]) -> None:
+        keep_batch_rows(self, ("pending", "pending_counts", "context_start", "drafts"), rows)
 
 
 class Eagle3TreeProposer(Eagle3ChainProposer):

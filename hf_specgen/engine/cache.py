@@ -182,3 +182,21 @@ def cache_tensor_addresses(cache: Cache) -> list[int]:
     """data_ptr of every K and V buffer: used by tests to prove rollback never reallocates."""
     return [t.data_ptr() for layer in cache.layers if isinstance(layer, RowStaticLayer) and layer.is_initialized
             for t in (layer.keys, layer.values)]
+
+
+def keep_cache_rows(cache: Cache, index: torch.Tensor) -> None:
+    """Keep only the batch rows ``index`` ([n] row numbers, in their new order) of every layer, in place: the K/V
+    buffers and write positions of the per-row static layers, the conv / recurrent states of the linear-attention
+    ones. New tensors (eager decoding only: a compiled step's graphs hold the old addresses)."""
+    for layer in cache.layers:
+        if isinstance(layer, RowStaticLayer):
+            if layer.is_initialized:
+                layer.keys, layer.values = layer.keys.index_select(0, index), layer.values.index_select(0, index)
+                layer.batch_size = len(index)
+            layer.row_lengths = layer.row_lengths.index_select(0, index)
+            layer._batch_rows = torch.arange(len(index), device=index.device)[:, None]
+        if isinstance(layer, LinearAttentionLayer):
+            for states in (layer.conv_states, layer.recurrent_states):
+                for i, state in states.items():
+                    if state is not None:
+                        states[i] = state.index_select(0, index)

@@ -5,8 +5,10 @@
 A *proposer* (drafters/, the interface is ``proposer.Proposer``) turns each row's committed sequence into a block of
 W tokens whose first token is the row's last committed one (or a tree per row); the target verifies every row's
 block in one forward; ``verify.py`` decides how many drafts each row keeps; caches are rolled back by moving each
-row's write position. Rows that are done stop changing (their verify rows are computed and ignored, so every step
-keeps its shape) and are padded with ``pad_token_id`` in the output, as stock generate does.
+row's write position. Rows that are done stop changing and are padded with ``pad_token_id`` in the output, as stock
+generate does; compiled steps keep computing them (and ignore them), so every step keeps its shape, while an eager
+batch drops them (``_drop_finished_rows``). With ``prompt_lookup``, rows that repeat their own text verify the copy
+instead of the drafter's tokens (``lookup.py``).
 
 Host round trips: everything a round decides stays on the device; the loop reads ONE small tensor per round (each
 row's accepted count, committed count and done flag) to know when to stop and to keep the statistics. Extra reads
@@ -27,6 +29,7 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from .cache import CachePool, restore_states, set_cache_length, snapshot_states
 from .graphs import CACHE_BUCKET, StepRunner
+from .lookup import PromptLookup
 from .session import DecodingSession
 from .stats import RoundClock, SpeculativeStats
 from .support import (attention_layout, cache_keyword, check_target, hybrid_layer_indices, layer_masks, model_type,
@@ -35,7 +38,7 @@ from .taps import decoder_layers, tapped
 from .tree import TreeProposal, accept_greedy, accept_sampling, accepted_within_budgets, compact_path
 from .verify import accept_block, check_processors, process_block_logits, target_choices
 from .width_policy import (AcceptanceEstimate, RoutedWidthPolicy, TreeAcceptanceEstimate, WidthPolicy,
-                           call_acceptance, cost_key, costs_of,
+                           batch_bucket, call_acceptance, cost_key, costs_of,
                            measure_verify_costs, width_buckets)
 
 
@@ -143,11 +146,36 @@ class StopRule:
         return cut
 
 
+class FinishedRows:
+    """The tokens of the rows an eager batch has dropped (``SpeculativeDecoder._drop_finished_rows``), at their
+    places in the caller's batch, for the output."""
+
+    def __init__(self, session: DecodingSession):
+        self.tokens, self.lengths = None, list(session.host_lengths)
+
+    def keep(self, session: DecodingSession, rows: list[int]) -> None:
+        """Record the session's ``rows`` (current row numbers) as they are now."""
+        if self.tokens is None:
+            self.tokens = torch.zeros((len(self.lengths), session.capacity), dtype=torch.long, device=session.device)
+        places = [session.row_ids[b] for b in rows]
+        self.tokens[places] = session.tokens[rows]
+        for place, b in zip(places, rows):
+            self.lengths[place] = session.host_lengths[b]
+
+    def all_rows(self, session: DecodingSession) -> tuple[torch.Tensor, list[int]]:
+        """(tokens [B, capacity], committed lengths [B]) of the caller's whole batch: the session's rows and the
+        dropped ones."""
+        if self.tokens is None:
+            return session.tokens, list(session.host_lengths)
+        self.keep(session, list(range(session.batch_size)))
+        return self.tokens, self.lengths
+
+
 class SpeculativeDecoder:
     """Runs speculative generate calls for ``target`` with a proposer (see drafters/)."""
 
     def __init__(self, target, proposer, mode: str, compile_steps: bool, verifier=None, adaptive: bool = False,
-                 drafter=None):
+                 drafter=None, prompt_lookup: bool = False, lookup_in_batches: bool = True):
         self.target = target
         self.proposer = proposer
         # adaptive: each round's verify width from measured costs and acceptance (width_policy.py); the proposer
@@ -155,6 +183,10 @@ class SpeculativeDecoder:
         self.adaptive = adaptive
         self.drafter = drafter  # the acceptance estimate is carried across calls per (target, drafter)
         self.verifier = verifier  # None: lossless acceptance; a FlyVerifier: FLy's loose (lossy) rule
+        self.prompt_lookup = prompt_lookup  # rows copying their own text verify the copy (lookup.py)
+        # ... in a batch too (asked for): the default call copies for one prompt only, since a batch's rows share
+        # one width and copies slowed batches of 4 in the benchmark (docs/methods.md)
+        self.lookup_in_batches = lookup_in_batches
         self.mode = mode
         self.compile_steps = compile_steps
         self.width = proposer.block_size
@@ -284,6 +316,7 @@ class SpeculativeDecoder:
             streamer.put(input_ids.cpu())
         active = torch.ones(batch, dtype=torch.bool, device=input_ids.device)
         active_rows = list(range(batch))
+        lookup, lookup_count = None, [0]  # prompt lookup (set after the prefill), and the rows that took a copy
 
         def commit(result: RoundResult, counts: torch.Tensor):
             """Append each active row's kept tokens, judge stopping, and read the round's numbers to the host (the
@@ -292,9 +325,12 @@ class SpeculativeDecoder:
             per_row = result.within_budgets
             kept, done = stop.judge(session, result.new_tokens, counts, active)
             first_new = list(session.host_lengths)
-            extras = [result.n_accepted, result.mismatches, result.rescued]
-            numbers = torch.cat([torch.stack([kept, done.long(), *[x for x in extras if x is not None]]),
+            extras = [x for x in (result.n_accepted, result.mismatches, result.rescued) if x is not None]
+            copies = [lookup.taken_rows.expand_as(kept)] if lookup is not None else []  # rides the same read
+            numbers = torch.cat([torch.stack([kept, done.long(), *extras, *copies]),
                                  *([per_row.T] if per_row is not None else [])]).tolist()
+            if copies:
+                lookup_count[0] = numbers[2 + len(extras)][0]
             kept_host, done_host = numbers[0], numbers[1]
             session.append(result.new_tokens, kept, host_counts=kept_host)
             stop.warn_past_positions(max(first_new), max(session.host_lengths))
@@ -340,13 +376,23 @@ class SpeculativeDecoder:
                     if observe is not None:
                         observe(out.logits[:, -1], prompt_features[:, -1], active_rows)
                 policy = self._width_policy(session, show) if self.adaptive and active_rows else None
+                segments = [(policy, 0)]  # each policy of the call and its first round (dropping rows changes it)
+                # An eager batch drops its finished rows (below), with a proposer that keeps per-row state it can
+                # drop; not FLy (its verifier) nor a router (per-row votes), nor where row 0 is streamed or scored
+                drops_rows = (not self.compile_steps and hasattr(self.proposer, "keep_rows") and observe is None
+                              and self.verifier is None and batch > 1 and streamer is None
+                              and not (want_scores or want_logits))
+                finished_rows = FinishedRows(session)
                 takes_width = getattr(self.proposer, "drafts_any_width", False)
                 t1 = clock.mark()
 
                 # ---------------- decode rounds
                 rounds = []  # per round: its clock marks (read once, after the call)
+                copying = self.prompt_lookup and (batch == 1 or self.lookup_in_batches)
+                lookup = PromptLookup(input_ids.device) if copying else None
                 while active_rows:
                     r0 = clock.mark()
+                    looked_up = False  # whether this round's block holds copied tokens (prompt lookup)
                     round_started = time.perf_counter()  # after the last round's host sync: its whole clock
                     round_width = policy.choose() if policy is not None else None
                     timing = False  # this round drafts the whole block, for the policy to time
@@ -365,6 +411,9 @@ class SpeculativeDecoder:
                             policy.timed_draft(self._synced_time() - draft_started)
                         if round_width is not None and not isinstance(draft, TreeProposal):
                             draft = (draft if draft.dim() == 2 else draft[None])[:, :round_width]
+                        if lookup is not None and not isinstance(draft, TreeProposal):
+                            draft = lookup.overlay(draft if draft.dim() == 2 else draft[None], session)
+                            looked_up = True
                     r1 = clock.mark()
                     # a plain step commits its one row: nothing to roll back
                     saved_states = snapshot_states(self.cache) if self._state_layers and round_width != 1 else None
@@ -375,6 +424,8 @@ class SpeculativeDecoder:
                         draft = draft if draft.dim() == 2 else draft[None]
                         result = self._verify_block(draft, session, logits_processor, do_sample)
                     r2 = clock.mark()
+                    if looked_up:  # who was right where the copy and the drafter's block differed
+                        lookup.learn(result.n_accepted, result.new_tokens, active)
                     # Row b's cache keeps its verified rows up to the last accepted draft; done rows keep theirs.
                     counts = torch.where(active, result.n_accepted + 1, 0)  # [B] tokens each row commits
                     if self._state_layers:
@@ -417,10 +468,26 @@ class SpeculativeDecoder:
                     if observe is not None and still_active:  # each row's newest committed token
                         rows, newest = torch.arange(batch, device=result.logits.device), result.n_accepted
                         observe(result.logits[rows, newest], features[rows, newest], still_active)
-                    stats.add_round([numbers[2][b] + 1 for b in active_rows], active_rows,
-                                    *([numbers[3], numbers[4]] if result.mismatches is not None else []))
+                    stats.add_round([numbers[2][b] + 1 for b in active_rows],
+                                    [session.row_ids[b] for b in active_rows],  # the rows' places in the batch
+                                    *([[numbers[i][b] for b in active_rows] for i in (3, 4)]
+                                      if result.mismatches is not None else []))
+                    stats.round_batch_sizes.append(session.batch_size)
                     rounds.append((r0, r1, r2, clock.mark()))
                     active_rows = still_active
+                    if drops_rows and 0 < len(active_rows) < session.batch_size:
+                        # Later rounds compute only the rows still going (stock generate computes finished rows to
+                        # the end): a batch's call lasts as long as its slowest row, and the rows that remain
+                        # cost less each round. Copying the caches' rows costs a few percent of a round. Once the
+                        # rows fit a smaller batch bucket, the policy takes that bucket's costs.
+                        bucket = batch_bucket(session.batch_size)
+                        self._drop_finished_rows(session, finished_rows, active_rows)
+                        active = torch.ones(len(active_rows), dtype=torch.bool, device=active.device)
+                        active_rows = list(range(len(active_rows)))
+                        if policy is not None and batch_bucket(session.batch_size) != bucket:
+                            policy = self._drafter_policy(self.proposer, self.width, session, show,
+                                                          lambda fresh, kept=policy.acceptance: kept)
+                            segments.append((policy, len(stats.round_widths)))
                 t2 = clock.mark()
         finally:
             self.tap = None
@@ -432,14 +499,21 @@ class SpeculativeDecoder:
         stats.decode_time = clock.seconds(t1, t2)
         for r0, r1, r2, r3 in rounds:
             stats.add_round_times(clock.seconds(r0, r1), clock.seconds(r1, r2), clock.seconds(r0, r3))
-        if policy is not None:
-            policy.learn_costs(stats.round_widths, stats.round_seconds, stats.round_draft_seconds)
-        stats.row_new_tokens = [length - prompt_len for length in session.host_lengths]
+        clocks = (stats.round_widths, stats.round_seconds, stats.round_draft_seconds)
+        if len(segments) == 1 and policy is not None:
+            policy.learn_costs(*clocks)
+        for i, (segment_policy, first) in enumerate(segments if len(segments) > 1 else []):
+            # dropped rows changed the batch bucket: each policy learns from the rounds it chose
+            end = segments[i + 1][1] if i + 1 < len(segments) else len(stats.round_widths)
+            segment_policy.learn_costs(*clocks, range(first, end))
+        tokens, lengths = finished_rows.all_rows(session)
+        stats.row_new_tokens = [length - prompt_len for length in lengths]
         stats.new_tokens = sum(stats.row_new_tokens)
         stats.draft_forwards = getattr(self.proposer, "forward_calls", stats.num_rounds)
+        stats.lookup_drafts = lookup_count[0]
         for name, value in getattr(self.proposer, "round_records", dict)().items():
             setattr(stats, name, list(value))
-        sequences = self._sequences(session, generation_config, stop)
+        sequences = self._sequences(tokens, lengths, generation_config, stop)
         if not generation_config.return_dict_in_generate:
             return sequences
         return SpeculativeGenerateOutput(
@@ -569,13 +643,22 @@ class SpeculativeDecoder:
             share = None
         return WidthPolicy(widths, table, acceptance(fresh), share, refeeds=bool(self._state_layers))
 
+    def _drop_finished_rows(self, session: DecodingSession, finished_rows: "FinishedRows", active_rows: list[int]):
+        """Keep the session's (and its caches') and the proposer's ``active_rows`` only; the others' tokens go to
+        ``finished_rows``."""
+        finished_rows.keep(session, [b for b in range(session.batch_size) if b not in active_rows])
+        session.keep_rows(active_rows)
+        self.proposer.keep_rows(active_rows)
+
     @staticmethod
-    def _sequences(session: DecodingSession, generation_config, stop: StopRule) -> torch.Tensor:
-        """[B, P + longest row's new tokens]: each row, then pad_token_id after it (stock generate's output)."""
-        longest = max(session.host_lengths)
-        sequences = session.tokens[:, :longest].clone()
-        if session.batch_size > 1:
+    def _sequences(tokens: torch.Tensor, lengths: list[int], generation_config, stop: StopRule) -> torch.Tensor:
+        """tokens [B, capacity], lengths [B] committed per row -> [B, P + longest row's new tokens]: each row, then
+        pad_token_id after it (stock generate's output)."""
+        longest = max(lengths)
+        sequences = tokens[:, :longest].clone()
+        if len(lengths) > 1:
             pad = _pad_token_id(generation_config, stop.stop_token_ids)
-            past_end = torch.arange(longest, device=session.device)[None] >= session.lengths[:, None]
+            ends = torch.tensor(lengths, device=tokens.device)
+            past_end = torch.arange(longest, device=tokens.device)[None] >= ends[:, None]
             sequences.masked_fill_(past_end, pad)
         return sequences

@@ -20,6 +20,17 @@ import torch
 from .tree import TreeProposal
 
 
+def keep_batch_rows(owner, names: tuple[str, ...], kept: list[int]) -> None:
+    """A proposer's ``keep_rows``: its per-row state ``names`` (tensors with the batch first, or per-row lists; None
+    stays None) keeps rows ``kept`` only. Its caches are attached to the session, which drops their rows itself."""
+    for name in names:
+        value = getattr(owner, name, None)
+        if isinstance(value, torch.Tensor):
+            setattr(owner, name, value.index_select(0, torch.tensor(kept, dtype=torch.long, device=value.device)))
+        elif isinstance(value, list):
+            setattr(owner, name, [value[b] for b in kept])
+
+
 @runtime_checkable
 class Proposer(Protocol):
     block_size: int  # W: rows of a verify (nodes of a tree)
@@ -40,4 +51,6 @@ class Proposer(Protocol):
 # ``drafts_any_width`` (``propose(width, whole_block=False)`` drafts for a round of ``width`` rows, or a tree of that
 # many nodes; ``whole_block`` drafts the whole block while the policy times it), ``drafts_token_by_token`` /
 # ``drafts_head_by_width`` (how a narrower round's drafting costs less), and ``commit_plain(features, counts)`` (a plain
-# step committed one token per row without drafting).
+# step committed one token per row without drafting). ``keep_rows(rows)``: keep the per-row state of batch rows
+# ``rows`` (a host list) only (``keep_batch_rows``); an eager batch drops its finished rows only with a proposer
+# that has it.

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from .cache import keep_cache_rows
 from .graphs import VISIBLE_BUCKET
 
 
@@ -60,6 +61,20 @@ class DecodingSession:
         self._caches = []  # caches whose reads follow ``visible`` (see show)
         self.target_layout = target_layout
         self.left_padding = prompt_len - valid[:, 0]  # [B] (chunked attention counts chunks from the first token)
+        self.row_ids = list(range(batch))  # each row's index in the caller's batch (``keep_rows`` drops rows)
+
+    def keep_rows(self, kept: list[int]) -> None:
+        """Keep only rows ``kept`` (current row numbers, in their new order) of the session and of every attached
+        cache: an eager call drops the rows that are done, so later rounds compute only the unfinished ones (the loop
+        keeps the finished rows' tokens). ``row_ids`` maps each row kept to its place in the caller's batch."""
+        index = torch.tensor(kept, dtype=torch.long, device=self.device)
+        for name in ("tokens", "lengths", "slot_ok", "positions", "left_padding"):
+            setattr(self, name, getattr(self, name).index_select(0, index))
+        self.host_lengths = [self.host_lengths[b] for b in kept]
+        self.row_ids = [self.row_ids[b] for b in kept]
+        self.batch_size = len(kept)
+        for cache in self._caches:
+            keep_cache_rows(cache, index)
 
     # ---------------------------------------------------------------- the attended prefix (eager steps)
     def attach(self, cache) -> None:

@@ -30,12 +30,15 @@ class SpeculativeStats:
     mismatches_per_round: list[int] = field(default_factory=list)
     rescued_per_round: list[int] = field(default_factory=list)
     draft_forwards: int = 0
+    lookup_drafts: int = 0  # prompt_lookup: the rows and rounds that verified copied tokens instead of the drafter's
     rounds: int = 0
     drafter_per_round: list[str] = field(default_factory=list)  # WhiFlash: which drafter proposed each round (PLAIN)
     backlog_sizes: list[int] = field(default_factory=list)  # WhiFlash: rows prefilled at each lazy catch-up
     round_widths: list[int] = field(default_factory=list)  # adaptive width: rows verified each round (1 = plain step)
     round_draft_seconds: list[float] = field(default_factory=list)  # per round: drafting (catch-up included)
     round_seconds: list[float] = field(default_factory=list)  # per round: draft + verify + bookkeeping
+    # batches: the rows each round's forwards computed (an eager batch drops each row that is done)
+    round_batch_sizes: list[int] = field(default_factory=list)
     new_tokens: int = 0  # all rows together
     row_new_tokens: list[int] = field(default_factory=list)
     prefill_time: float = 0.0
@@ -45,7 +48,8 @@ class SpeculativeStats:
 
     def add_round(self, committed: list[int], rows: list[int], mismatches: list[int] | None = None,
                   rescued: list[int] | None = None) -> None:
-        """One decode round: ``committed[i]`` tokens for batch row ``rows[i]`` (FLy: its per-row counts too)."""
+        """One decode round: ``committed[i]`` tokens for batch row ``rows[i]`` (FLy: that row's mismatches[i] and
+        rescued[i] too)."""
         if not self.row_acceptance_lengths:
             self.row_acceptance_lengths = [[] for _ in range(self.batch_size)]
         self.rounds += 1
@@ -53,8 +57,8 @@ class SpeculativeStats:
             self.acceptance_lengths.append(count)
             self.row_acceptance_lengths[row].append(count)
         if mismatches is not None:
-            self.mismatches_per_round.append(sum(mismatches[b] for b in rows))
-            self.rescued_per_round.append(sum(rescued[b] for b in rows))
+            self.mismatches_per_round.append(sum(mismatches))
+            self.rescued_per_round.append(sum(rescued))
 
     def add_round_times(self, draft: float, verify: float, total: float) -> None:
         self.draft_time += draft

@@ -89,7 +89,8 @@ def process_block_logits(
         processed = torch.empty_like(flat)
         for members in groups.values():
             index = torch.tensor([flat_row for flat_row, _ in members], device=flat.device)
-            call = _for_rows(processor, [flat_row // width for flat_row, _ in members])
+            # the caller's batch rows (an eager call drops its finished rows: row b is then session.row_ids[b])
+            call = _for_rows(processor, [session.row_ids[flat_row // width] for flat_row, _ in members])
             processed[index] = call(torch.stack([sequence for _, sequence in members]), flat[index])
         scores = processed.reshape(batch, width, vocab)
     return scores

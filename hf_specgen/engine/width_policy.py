@@ -91,10 +91,15 @@ def width_buckets(max_width: int, compiled: bool) -> tuple[int, ...]:
     return tuple(sorted({w for w in buckets if w < max_width} | {max_width}))
 
 
+def batch_bucket(batch_size: int) -> int:
+    """1, 2, 4, 8, ...: the batch sizes whose costs one measurement serves (a batch of 5-8 rows counts as 8)."""
+    return 1 << (batch_size - 1).bit_length()
+
+
 def cost_key(device: torch.device, dtype: torch.dtype, batch_size: int, compiled: bool, drafter: str = "") -> str:
     """The cost table's key. ``drafter``: the kind of drafter (its proposer's name), whose drafting cost the table
     also holds; empty for the DFlash block (the keys saved before other drafters adapted their width)."""
-    bucket = 1 << (batch_size - 1).bit_length()  # 1, 2, 4, 8, ...: one measurement serves nearby batch sizes
+    bucket = batch_bucket(batch_size)
     key = f"{device.type}|{str(dtype).removeprefix('torch.')}|batch{bucket}|{'compiled' if compiled else 'eager'}"
     return f"{key}|{drafter}" if drafter else key
 

@@ -312,8 +312,12 @@ def bench_table(bench: dict, prefixes: tuple[str, ...]) -> str:
                             f"{versus} {tau} |")
     command = bench.get("command", "specgen bench")
     dtype = bench.get("models", {}).get("dtype") or bench.get("settings", {}).get("dtype", "bf16")
+    note = ""
+    if any(name.endswith("drafter alone") for name in bench["methods"]):
+        note = ("\n\nA method's default call (its bare name) verifies copied tokens where a row repeats its prompt or "
+                "itself (`prompt_lookup`); \"drafter alone\" is the same call with `prompt_lookup=False`.")
     return (f"{dtype} on a 2-core CPU, greedy, prefill excluded, medians of repeats, all methods in one run:\n\n"
-            + "\n".join(rows) + f"\n\n```\n{command}\n```")
+            + "\n".join(rows) + note + f"\n\n```\n{command}\n```")
 
 
 def export_world(runs: str | Path, out: str | Path, bench_json: str | Path | None = None) -> None:

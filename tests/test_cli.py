@@ -25,11 +25,13 @@ def test_bench_runs_every_method_and_writes_json_and_chart(tmp_path):
                  "--repeats", "2", "--block-sizes", "4", "8", "--num-draft-tokens", "3", "--dflash-tree-nodes", "6",
                  "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "results.json").read_text())
-    assert set(report["methods"]) == {"autoregressive", "dflash", "dflash b4", "dflash b8", "dflash b8 tree 6",
+    assert set(report["methods"]) == {"autoregressive", "dflash", "dflash, drafter alone", "dflash b4", "dflash b8",
+                                      "dflash b8 tree 6",
                                       "dflash b8 tree <=6, adaptive", "classic", "classic k3",
                                       "classic k20 conf0.4",
                                       "hf assisted",
-                                      "hf prompt lookup", "hf dflash", "eagle3", "eagle3 tree 4/6/16",
+                                      "hf prompt lookup", "hf dflash", "eagle3", "eagle3, drafter alone",
+                                      "eagle3 tree 4/6/16",
                                       "whiflash entropy", "whiflash entropy, default call",
                                       "whiflash oracle per step (hindsight)"}
     assert report["oracles"]["oracle per prompt"]["decode_tokens_per_second"] > 0
@@ -173,8 +175,9 @@ def test_batch_curve_decodes_the_same_prompts_at_every_size(tmp_path, capsys):
                  "--repeats", "1", "--block-sizes", "4", "--num-draft-tokens", "3", "--eagle-tree", "2", "3", "5",
                  "--batch-sizes", "1", "2", "4", "--out", str(tmp_path)]) == 0
     curve = json.loads((tmp_path / "batch_curve.json").read_text())["batch_curve"]
-    assert set(curve) == {"autoregressive", "dflash", "dflash b4", "classic", "classic k3", "classic k20 conf0.4",
-                          "eagle3", "eagle3 tree 2/3/5", "whiflash entropy", "whiflash entropy, default call"}
+    assert set(curve) == {"autoregressive", "dflash", "dflash, drafter alone", "dflash b4", "classic", "classic k3",
+                          "classic k20 conf0.4", "eagle3", "eagle3, drafter alone", "eagle3 tree 2/3/5",
+                          "whiflash entropy", "whiflash entropy, default call"}
     for name, points in curve.items():
         assert set(points) == {"1", "2", "4"}, name
         for size, point in points.items():

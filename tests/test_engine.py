@@ -90,8 +90,9 @@ def test_dflash_drafts_equal_full_recomputation(qwen3_pair, draft_vocab):
         assert drafter.draft_vocab.tolist() == vocab.tolist()
     prompt = random_prompt(random.Random(5), 23)
     records = []
+    # the drafter alone: copied tokens (tests/test_prompt_lookup.py) would change which widths the policy picks
     out = target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=50,
-                          do_sample=False, return_dict_in_generate=True)
+                          do_sample=False, return_dict_in_generate=True, prompt_lookup=False)
     sequence = out.sequences
     # Record each round's proposals, then recompute them with no cache from the committed prefix.
     from hf_specgen.drafters.dflash import DFlashProposer
@@ -105,7 +106,7 @@ def test_dflash_drafts_equal_full_recomputation(qwen3_pair, draft_vocab):
     DFlashProposer.propose = recording
     try:
         again = target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=50,
-                                do_sample=False)
+                                do_sample=False, prompt_lookup=False)
     finally:
         DFlashProposer.propose = original
     assert again.tolist() == sequence.tolist()

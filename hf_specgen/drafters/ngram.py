@@ -19,4 +19,3 @@ def ngram_candidates(sequence: list[int], max_ngram: int = 4, max_tokens: int = 
             start = int(hits[0]) + n
             return sequence[start: start + max_tokens]
     return []
-

@@ -499,13 +499,12 @@ class SpeculativeDecoder:
         stats.decode_time = clock.seconds(t1, t2)
         for r0, r1, r2, r3 in rounds:
             stats.add_round_times(clock.seconds(r0, r1), clock.seconds(r1, r2), clock.seconds(r0, r3))
-        clocks = (stats.round_widths, stats.round_seconds, stats.round_draft_seconds)
-        if len(segments) == 1 and policy is not None:
-            policy.learn_costs(*clocks)
-        for i, (segment_policy, first) in enumerate(segments if len(segments) > 1 else []):
-            # dropped rows changed the batch bucket: each policy learns from the rounds it chose
-            end = segments[i + 1][1] if i + 1 < len(segments) else len(stats.round_widths)
-            segment_policy.learn_costs(*clocks, range(first, end))
+        # each policy of the call (dropped rows change the batch bucket) learns from the rounds it chose
+        for i, (segment_policy, first) in enumerate(segments):
+            if segment_policy is not None:
+                end = segments[i + 1][1] if i + 1 < len(segments) else len(stats.round_widths)
+                segment_policy.learn_costs(stats.round_widths, stats.round_seconds, stats.round_draft_seconds,
+                                           range(first, end))
         tokens, lengths = finished_rows.all_rows(session)
         stats.row_new_tokens = [length - prompt_len for length in lengths]
         stats.new_tokens = sum(stats.row_new_tokens)

@@ -641,8 +641,10 @@ class RoutedWidthPolicy:
         if width > 1:
             self.pooled[self.round_drafters[-1]].observe(min(width, rows or width), accepted_per_row)
 
-    def learn_costs(self, round_widths, round_seconds, round_draft_seconds) -> None:
-        """Each drafter's policy learns from its drafting rounds, and every policy from the plain steps."""
+    def learn_costs(self, round_widths, round_seconds, round_draft_seconds, rounds=None) -> None:
+        """Each drafter's policy learns from its drafting rounds, and every policy from the plain steps (``rounds``:
+        the call's rounds to learn from; all by default)."""
         for name, policy in self.policies.items():
-            mine = [i for i, drafter in enumerate(self.round_drafters) if drafter == name or round_widths[i] == 1]
+            mine = [i for i, drafter in enumerate(self.round_drafters) if (drafter == name or round_widths[i] == 1)
+                    and (rounds is None or i in rounds)]
             policy.learn_costs(round_widths, round_seconds, round_draft_seconds, mine)

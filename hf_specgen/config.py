@@ -194,6 +194,13 @@ class SpeculativeConfig:
             return self.block_size is None and self.num_draft_tokens is None and self.eagle_total_tokens is None
         return self.mode == "dflash" and not self.dflash_tree_nodes and self.block_size is None
 
+    @property
+    def sets_width(self) -> bool:
+        """Whether the call names its verify width (the largest, with adaptive_width=True): copied tokens verified
+        alone stay within it too."""
+        return (any(value is not None for value in (self.block_size, self.num_draft_tokens, self.eagle_total_tokens))
+                or bool(self.dflash_tree_nodes))
+
     def looks_up(self, drafts_trees: bool) -> bool:
         """Whether drafting rounds verify copied tokens where a row repeats its text (see ``prompt_lookup``)."""
         if self.prompt_lookup is not None:

@@ -22,6 +22,7 @@ from .drafters.eagle3 import Eagle3ChainProposer, Eagle3TreeProposer
 from .engine.graphs import should_compile
 from .engine.fly import FlyVerifier, reference_window
 from .engine.loop import SpeculativeDecoder
+from .engine.width_policy import COPY_WIDTH
 from .inputs import check_mask_shape, check_prompt
 from .loading import as_dflash_drafter, is_dflash_drafter
 from .dtypes import warn_if_bf16_is_emulated
@@ -158,7 +159,8 @@ def _build_decoder(target, assistant_model, spec: SpeculativeConfig) -> Speculat
     decoder = SpeculativeDecoder(target, proposer, spec.mode, compile_steps, verifier=verifier,
                                  adaptive=spec.adapts_width, drafter=assistant_model,
                                  prompt_lookup=spec.looks_up(getattr(proposer, "drafts_trees", False)),
-                                 lookup_in_batches=spec.prompt_lookup is True)
+                                 lookup_in_batches=spec.prompt_lookup is True,
+                                 copy_width=1 if spec.sets_width else COPY_WIDTH)
     if compile_steps:
         target._hf_specgen_decoders = {key: decoder}  # one at a time: caches are big
     return decoder

@@ -15,6 +15,7 @@ from conftest import make_dflash, make_target
 from hf_specgen.engine.lookup import lookup_drafts
 from test_batch import padded_batch
 from test_eagle3 import make_eagle3
+from test_width_policy import ForwardClock
 
 
 def reference_lookup(sequence: list[int], count: int) -> tuple[int, list[int]]:
@@ -198,3 +199,191 @@ def test_compiled_steps_take_copied_tokens_without_new_graphs():
     finally:
         torch._dynamo.config.error_on_recompile = False
         torch._dynamo.reset()
+
+
+def test_the_rows_said_to_copy_next_are_the_rows_the_next_overlay_copies_whatever_the_drafter_drafts():
+    """``copies_next`` (read with a round's numbers, before the next width is chosen) names exactly the rows whose next
+    overlay takes a 3-token copy: on random padded buffers, with the 3-token score trusted or not, and drafts that
+    disagree with every copy (so no 2-token copy is taken either)."""
+    from types import SimpleNamespace
+
+    from hf_specgen.engine.lookup import PromptLookup
+
+    rng = random.Random(5)
+    for trial in range(60):
+        batch, capacity = rng.randint(1, 5), rng.randint(8, 40)
+        tokens = torch.tensor([[rng.randrange(4) for _ in range(capacity)] for _ in range(batch)])
+        padding = torch.tensor([rng.randint(0, 3) for _ in range(batch)])
+        lengths = torch.tensor([rng.randint(int(pad) + 1, capacity - 4) for pad in padding])
+        session = SimpleNamespace(tokens=tokens, lengths=lengths, left_padding=padding)
+        lookup = PromptLookup("cpu")
+        lookup.score[0] = -1 if trial % 3 == 0 else 0  # 3-token copies distrusted in every third trial
+        draft = torch.full((batch, 5), 99)  # no copy starts with 99: only trusted 3-token copies replace it
+        copied = lookup.overlay(draft, session)[:, 1:] != 99
+        assert copied.any(dim=1).tolist() == lookup.copies_next(session).bool().tolist()
+
+
+def _copying_policy():
+    """A CopyingWidthPolicy over a drafter drafting blocks of up to 8 rows (its drafting a tenth of a plain step) and
+    copies verified alone in up to 16 rows, with verify costs rising gently with the width."""
+    from hf_specgen.engine.width_policy import AcceptanceEstimate, CopyingWidthPolicy, CostTable, WidthPolicy
+
+    costs = CostTable({1: 1.0, 2: 1.05, 4: 1.1, 8: 1.3, 16: 1.6}, draft=0.1)
+    return CopyingWidthPolicy(WidthPolicy((1, 2, 4, 8), costs, AcceptanceEstimate(8)),
+                              WidthPolicy((1, 2, 4, 8, 16), costs, AcceptanceEstimate(16), drafts=False))
+
+
+def _run_copying(policy, rounds: int, keeps) -> list[tuple[bool, bool, int]]:
+    """``rounds`` rounds, every other one with a copy at hand; ``keeps(copies_alone, width)``: drafts kept.
+    Returns (copy at hand, verified the copy alone, width) per round."""
+    chosen = []
+    for round_ in range(rounds):
+        copying = round_ % 2 == 0
+        width = policy.choose(copying=copying)
+        chosen.append((copying, policy.copies_alone, width))
+        policy.observe(width, [keeps(policy.copies_alone, width) if width > 1 else 0])
+    return chosen
+
+
+def test_rounds_with_a_copy_at_hand_verify_it_alone_and_wide_when_copies_are_right():
+    """The drafter keeps none of its drafts, the copies all of theirs: rounds with a copy at hand verify it alone
+    (no drafting) in the widest block, the others take plain steps. One estimate for both would blur them into one
+    width that suits neither."""
+    policy = _copying_policy()
+    chosen = _run_copying(policy, 80, lambda alone, width: width - 1 if alone else 0)
+    late = chosen[-20:]
+    assert all(alone and width == 16 for copying, alone, width in late if copying)
+    assert all(width == 1 for copying, alone, width in late if not copying)
+    assert policy.copy.acceptance.rates(16)[-1] > 0.9
+
+
+def test_a_drafter_that_beats_the_copies_keeps_the_rounds_with_a_copy_at_hand():
+    """The drafter keeps every draft, the copies none: where a copy is at hand the drafter's block is verified, with no
+    copied tokens in it (``overlays_copies``), but for one round in COPY_EVERY that tries the copy again."""
+    from hf_specgen.engine.width_policy import COPY_EVERY
+
+    policy = _copying_policy()
+    chosen = []
+    for round_ in range(96):
+        copying = round_ % 2 == 0
+        width = policy.choose(copying=copying)
+        chosen.append((copying, policy.copies_alone, policy.overlays_copies, width))
+        policy.observe(width, [0 if policy.copies_alone else width - 1] if width > 1 else [0])
+    late = [c for c in chosen[32:] if c[0]]
+    tried = sum(alone for _, alone, _, _ in late)
+    assert 1 <= tried <= len(late) // COPY_EVERY + 1
+    assert all(width == 8 and not overlays for _, alone, overlays, width in late if not alone)
+
+
+def looping_prompt(target, new: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A prompt whose greedy continuation of ``new`` tokens falls into a loop (a random model's often does), and that
+    continuation."""
+    rng = random.Random(0)
+    for _ in range(20):
+        prompt = torch.tensor([[rng.randrange(3, 100) for _ in range(12)]])
+        ref = target.generate(prompt, max_new_tokens=new, do_sample=False, eos_token_id=None)
+        if len(set(ref[0, -40:].tolist())) <= 4:
+            return prompt, ref
+    raise AssertionError("no prompt of 20 loops")
+
+
+def test_the_default_call_verifies_a_loop_by_copies_alone_wider_than_the_drafters_block(monkeypatch):
+    """A drafter whose drafts are almost never right, on a prompt whose continuation loops: the default call's rounds
+    with a copy at hand verify it alone (no drafter forward), learn an estimate of their own (kept on the model for
+    the next call), widen past the drafter's block, and the tokens are stock greedy's (fp32)."""
+    from hf_specgen.engine.width_policy import _ACCEPTANCE, COPIED
+
+    target = make_target("qwen3", seed=5)
+    drafter = make_dflash(target, block_size=8, seed=9)
+    prompt, ref = looping_prompt(target, 96)
+    ForwardClock(monkeypatch, target, drafter)  # the costs of a quiet machine, whatever shares the CPU
+    out = target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=96,
+                          do_sample=False, eos_token_id=None, return_dict_in_generate=True)
+    assert out.sequences.tolist() == ref.tolist()
+    estimates = _ACCEPTANCE[target][drafter]
+    copied, alone = estimates[COPIED], estimates[""]
+    assert copied.reached[1] > 0 and copied.rates(2)[0] > 0.6  # copy rounds ran and mostly kept their first token
+    assert alone.rates(2)[0] < copied.rates(2)[0]
+    stats = out.speculative_stats
+    assert max(stats.round_widths) == 16  # copies are verified past the drafter's block of 8
+    assert stats.draft_forwards < stats.num_rounds / 2  # rounds that verify the copy alone draft nothing
+
+
+@pytest.mark.parametrize("mode", ["dflash", "eagle3", "whiflash"])
+def test_after_rounds_of_copies_alone_the_drafter_drafts_from_the_whole_context(monkeypatch, mode):
+    """Rounds with a copy at hand verify it alone or the drafter's block, at random, at random widths (WhiFlash: with
+    either drafter, at random): the tokens are stock greedy's, and every block drafted after copy rounds equals the
+    one drafted from scratch over the whole committed sequence (a drafter that missed a copy round's committed rows
+    would draft otherwise)."""
+    from hf_specgen.drafters.dflash import DFlashProposer
+    from hf_specgen.drafters.eagle3 import Eagle3ChainProposer
+    from hf_specgen.engine.width_policy import CopyingWidthPolicy, RoutedWidthPolicy, WidthPolicy
+    from test_eagle3 import _reference_chain
+    from test_width_policy import _record_single_row_proposals
+
+    rng = random.Random(12)
+    monkeypatch.setattr(WidthPolicy, "choose", lambda self, copying=False: rng.choice(self.widths))
+    monkeypatch.setattr(RoutedWidthPolicy, "_drafter_for",
+                        lambda self, vote, context: (rng.choice(sorted(self.policies)), False))
+    monkeypatch.setattr(CopyingWidthPolicy, "_copy_leads", lambda self: rng.random() < 0.6)
+    target = make_target("llama", seed=4)
+    dflash, eagle = make_dflash(target, block_size=8), make_eagle3(target)
+    assistant = {"dflash": dflash, "eagle3": eagle,
+                 "whiflash": hf_specgen.WhiFlash(ar=eagle, parallel=dflash, router="random")}[mode]
+    copies_alone = []
+    real_choose = CopyingWidthPolicy.choose
+
+    def choose(self, copying=False):
+        width = real_choose(self, copying)
+        copies_alone.append(self.copies_alone)
+        return width
+
+    monkeypatch.setattr(CopyingWidthPolicy, "choose", choose)
+    seen = {"dflash": _record_single_row_proposals(monkeypatch, DFlashProposer),
+            "eagle3": _record_single_row_proposals(monkeypatch, Eagle3ChainProposer)}
+    prompt = repeating_prompt(rng)
+    ref = target.generate(prompt, max_new_tokens=60, do_sample=False, eos_token_id=None)
+    out = target.generate(prompt, assistant_model=assistant, speculative_mode=mode, max_new_tokens=60,
+                          do_sample=False, eos_token_id=None, return_dict_in_generate=True,
+                          **({} if mode == "dflash" else {"eagle_top_k": 1}))
+    assert out.sequences.tolist() == ref.tolist()
+    stats = out.speculative_stats
+    assert sum(copies_alone) >= 3
+    assert any(not alone and width > 1 and any(copies_alone[:i])
+               for i, (alone, width) in enumerate(zip(copies_alone, stats.round_widths)))  # drafted after copies
+    assert len(seen["dflash"]) + len(seen["eagle3"]) >= 3
+    embed, width = target.get_input_embeddings(), dflash.block_size
+    for committed, drafts in seen["eagle3"]:
+        assert drafts[0, 1:].tolist() == _reference_chain(target, eagle, committed, drafts.shape[1] - 1)
+    for committed, drafts in seen["dflash"]:
+        start = committed.shape[1] - 1  # the block's first row: the last committed token
+        with torch.no_grad():
+            hidden = target(committed[:, :start], output_hidden_states=True).hidden_states
+            context = torch.cat([hidden[i + 1] for i in dflash.target_layer_ids], dim=-1)
+            block = torch.tensor([[int(committed[0, start])] + [dflash.mask_token_id] * (width - 1)])
+            h = dflash(embed(block), context, torch.arange(start + width)[None])
+            expected = target.lm_head(h[0, 1:]).argmax(dim=-1)
+        assert drafts[0, 1:].tolist() == expected[: drafts.shape[1] - 1].tolist()
+
+
+def test_a_draft_lm_catches_up_on_the_rows_copies_alone_committed(monkeypatch):
+    """The target's twin as draft LM drafts only right tokens, if its cache holds the whole committed sequence. On a
+    looping text the rounds with a copy at hand verify it alone in 16 rows (past anything the twin drafted), the
+    others draft 7 tokens: every drafting round after the copies keeps all 7 drafts."""
+    import copy
+
+    from hf_specgen.engine.width_policy import CopyingWidthPolicy, WidthPolicy
+
+    target = make_target("qwen3", seed=5)
+    twin = copy.deepcopy(target)
+    prompt, ref = looping_prompt(target, 96)
+    monkeypatch.setattr(CopyingWidthPolicy, "_copy_leads", lambda self: True)
+    monkeypatch.setattr(WidthPolicy, "choose", lambda self, copying=False: self.widths[-1])
+    out = target.generate(prompt, assistant_model=twin, speculative_mode="classic", max_new_tokens=96,
+                          do_sample=False, eos_token_id=None, return_dict_in_generate=True)
+    assert out.sequences.tolist() == ref.tolist()
+    stats = out.speculative_stats
+    widths, kept = stats.round_widths, stats.acceptance_lengths
+    first_copy = widths.index(16)
+    after = [i for i in range(first_copy, len(widths) - 1) if widths[i] == 8]  # drafted (the last round may stop)
+    assert after and all(kept[i] == 8 for i in after), list(zip(widths, kept))

@@ -101,7 +101,7 @@ def test_sampled_tokens_follow_target_distribution(proposer, sampling, monkeypat
         from hf_specgen.engine.width_policy import WidthPolicy
 
         rng = random.Random(7)
-        monkeypatch.setattr(WidthPolicy, "choose", lambda self: rng.choice(self.widths))
+        monkeypatch.setattr(WidthPolicy, "choose", lambda self, copying=False: rng.choice(self.widths))
     bundle = hf_specgen.WhiFlash(ar=make_eagle3(target), parallel=drafter, router="random")
     for _ in range(SAMPLES // rows):
         if proposer.startswith("dflash"):  # "dflash-tree": DDTree-style trees of 6 nodes from the same drafter

@@ -27,9 +27,9 @@ def random_widths(monkeypatch):
     """Every round takes a width drawn at random among the policy's buckets (plain steps included), and WhiFlash's
     default call a drafter drawn at random."""
     rng = random.Random(3)
-    monkeypatch.setattr(WidthPolicy, "choose", lambda self: rng.choice(self.widths))
+    monkeypatch.setattr(WidthPolicy, "choose", lambda self, copying=False: rng.choice(self.widths))
     monkeypatch.setattr(width_policy.RoutedWidthPolicy, "_drafter_for",
-                        lambda self, vote: (rng.choice(sorted(self.policies)), False))
+                        lambda self, vote, context: (rng.choice(sorted(self.policies)), False))
     return rng
 
 
@@ -102,7 +102,7 @@ def test_compiled_width_changes_reuse_one_graph_per_width(monkeypatch, shape):
     cycle = [8, 4, 1, 1, 4, 8, 1, 8, 4, 4, 1, 8]
     state = {"round": 0}
 
-    def cycling(self):
+    def cycling(self, copying=False):
         state["round"] += 1
         return cycle[state["round"] % len(cycle)]
 
@@ -147,13 +147,13 @@ def test_compiled_whiflash_default_call_reuses_its_graphs_across_drafters_and_wi
     counters.clear()
     state = {"round": 0}
 
-    def cycling(self):
+    def cycling(self, copying=False):
         state["round"] += 1
         return self.widths[state["round"] % len(self.widths)]
 
     monkeypatch.setattr(WidthPolicy, "choose", cycling)
     monkeypatch.setattr(width_policy.RoutedWidthPolicy, "_drafter_for",
-                        lambda self, vote: (("eagle3", "dflash")[state["round"] // 3 % 2], False))
+                        lambda self, vote, context: (("eagle3", "dflash")[state["round"] // 3 % 2], False))
     target = make_target("llama", seed=4)
     bundle = hf_specgen.WhiFlash(ar=make_eagle3(target, draft_vocab=128), parallel=make_dflash(target, block_size=8),
                                  router="random")
@@ -197,7 +197,8 @@ def test_plain_steps_while_every_draft_is_wrong_then_drafting_once_drafts_are_ri
     monkeypatch.setattr(WidthPolicy, "learn_costs", lambda *a, **k: None)
     monkeypatch.setattr(WidthPolicy, "clocked_seconds", lambda self, width: None)  # these costs, not this CPU's
     out = target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=new,
-                          do_sample=False, eos_token_id=None, return_dict_in_generate=True)
+                          do_sample=False, eos_token_id=None, return_dict_in_generate=True,
+                          prompt_lookup=False)  # the drafter's drafts alone (a random model's text may loop)
     assert out.sequences.tolist() == reference.tolist()
     stats = out.speculative_stats
     lengths = prompt.shape[1] + 1 + torch.tensor([0] + stats.acceptance_lengths[:-1]).cumsum(0)  # before each round
@@ -251,9 +252,9 @@ def test_a_useless_drafter_falls_back_to_plain_steps_with_measured_costs(monkeyp
     prompt = random_prompt(random.Random(8), 20)
     ref = target.generate(prompt, max_new_tokens=60, do_sample=False, eos_token_id=None)
 
-    def call():
+    def call():  # the drafter's drafts alone (a random model's text may loop, and copies would pay)
         out = target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=60,
-                              do_sample=False, eos_token_id=None, return_dict_in_generate=True)
+                              do_sample=False, eos_token_id=None, return_dict_in_generate=True, prompt_lookup=False)
         assert out.sequences.tolist() == ref.tolist()
         return out.speculative_stats.round_widths
 
@@ -279,7 +280,8 @@ def test_costs_are_measured_once_saved_and_loaded(tmp_path, monkeypatch):
     target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=20)
     tables = width_policy.costs_of(target).tables
     (key,) = tables
-    assert key == "cpu|float32|batch1|eager" and set(tables[key].verify) == {1, 2, 4, 8}
+    # the drafter's widths, and 16 for copied tokens verified alone (COPY_WIDTH: the default call copies)
+    assert key == "cpu|float32|batch1|eager" and set(tables[key].verify) == {1, 2, 4, 8, 16}
     assert tables[key].draft is not None and all(s > 0 for s in tables[key].verify.values())
     hf_specgen.save_costs(target, tmp_path / "costs.json")
 
@@ -417,7 +419,8 @@ def test_a_slow_one_off_drafting_round_does_not_make_drafting_look_slow(monkeypa
 
     monkeypatch.setattr(DFlashProposer, "propose", slow_twice)
     out = target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=new,
-                          do_sample=False, eos_token_id=None, return_dict_in_generate=True)
+                          do_sample=False, eos_token_id=None, return_dict_in_generate=True,
+                          prompt_lookup=False)  # the drafter's rounds alone
     assert out.sequences.tolist() == reference.tolist()
     widths = out.speculative_stats.round_widths
     assert calls["n"] > 12 and widths.count(8) >= 0.9 * len(widths)
@@ -545,7 +548,7 @@ def test_eagle3_default_call_is_exact_under_any_widths_and_drafts_from_the_whole
         seen = _record_single_row_proposals(patch, proposer)
         for lengths, new in (([19], 40), ([7, 15, 2], 30)):
             out = _exact_on_padded_batch(target, rng, lengths, new, assistant_model=drafter,
-                                         speculative_mode="eagle3", **tree)
+                                         speculative_mode="eagle3", prompt_lookup=False, **tree)
             widths = out.speculative_stats.round_widths
             assert 1 in widths and len(set(widths)) >= 3
     assert len(seen) > 5 and len({drafts.shape[-1] if shape == "chain" else len(drafts) for _, drafts in seen}) >= 2
@@ -648,7 +651,7 @@ def test_whiflash_default_call_is_exact_under_any_widths_and_plain_steps_reach_b
         seen = _record_single_row_proposals(patch, Eagle3ChainProposer)
         for lengths, new in (([17], 40), ([6, 13, 2], 30)):
             out = _exact_on_padded_batch(target, rng, lengths, new, assistant_model=bundle,
-                                         speculative_mode="whiflash")
+                                         speculative_mode="whiflash", prompt_lookup=False)  # drafters, plain steps
             stats = out.speculative_stats
             assert set(stats.drafter_per_round) == {"eagle3", "dflash", "plain"}
             assert [w == 1 for w in stats.round_widths] == [d == "plain" for d in stats.drafter_per_round]
@@ -691,8 +694,8 @@ def test_a_recurrent_targets_policy_learns_verify_costs_from_rounds_without_a_re
     policies, learned = [], []
     real_policy = SpeculativeDecoder._width_policy
 
-    def keep_policy(self, session, show):
-        policies.append(real_policy(self, session, show))
+    def keep_policy(self, session, show, copying):
+        policies.append(real_policy(self, session, show, copying))
         return policies[-1]
 
     real_learn = width_policy.CostTable.learn_verify
@@ -701,7 +704,8 @@ def test_a_recurrent_targets_policy_learns_verify_costs_from_rounds_without_a_re
                         lambda table, w, s: (learned.append((w, s)), real_learn(table, w, s)))
     prompt = torch.tensor([[5, 9, 17, 33, 4, 8, 21, 40, 2, 11, 7]])
     out = target.generate(prompt, assistant_model=_assistant("dflash", target), speculative_mode="dflash",
-                          max_new_tokens=40, do_sample=False, eos_token_id=None, return_dict_in_generate=True)
+                          max_new_tokens=40, do_sample=False, eos_token_id=None, return_dict_in_generate=True,
+                          prompt_lookup=False)  # the drafter's rounds alone
     policy, stats = policies[0], out.speculative_stats
     assert policy.refeeds
     refed = {i for i, (w, c) in enumerate(zip(stats.round_widths, stats.acceptance_lengths)) if c < w}

@@ -184,15 +184,15 @@ class DFlashProposer:
         self.pending = verify_features
         self.pending_counts = n_committed
 
-    def commit_plain(self, verify_features: torch.Tensor, n_committed: torch.Tensor) -> None:
-        """A plain step (adaptive width 1: no draft this round) committed the token after the verified one;
-        verify_features [B, 1, n_taps*H] are the target's taps at that verified slot. They join the pending context,
-        which then stays one run of committed rows: the rows of an earlier drafted verify, of which only some were
-        committed, are written into the drafter cache first (``absorb``)."""
+    def commit_plain(self, verify_features: torch.Tensor, n_committed: torch.Tensor, rows: int = 1) -> None:
+        """A round this drafter did not draft (a plain step, or a verify of copied tokens) committed ``rows`` tokens
+        per row; verify_features [B, rows, n_taps*H] are the target's taps at those slots. They join the pending
+        context, which then stays one run of committed rows: the rows of an earlier drafted verify, of which only
+        some were committed, are written into the drafter cache first (``absorb``)."""
         if self.pending_counts is not None:
             self.absorb(self.pending, self.pending_counts)
             self.pending_counts = None
-        self.pending = torch.cat([self.pending, verify_features], dim=1)  # [B, C+1, n_taps*H]
+        self.pending = torch.cat([self.pending, verify_features], dim=1)  # [B, C+rows, n_taps*H]
 
     def keep_rows(self, rows: list[int]) -> None:
         keep_batch_rows(self, ("pending", "pending_counts", "context_start", "block_ids"), rows)

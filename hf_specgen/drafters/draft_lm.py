@@ -198,10 +198,10 @@ class DraftModelProposer:
     def commit(self, verify_features, n_committed: torch.Tensor) -> None:
         pass  # the next round re-reads the committed tokens from the session
 
-    def commit_plain(self, verify_features, n_committed: torch.Tensor) -> None:
-        """A plain step (width policy) committed one token per active row without drafting: the draft cache falls
-        one more token behind, caught up when drafting resumes."""
-        self.plain_steps += 1
+    def commit_plain(self, verify_features, n_committed: torch.Tensor, rows: int = 1) -> None:
+        """A round this draft LM did not draft (a plain step, or a verify of copied tokens) committed ``rows`` tokens
+        per active row: the draft cache falls that much further behind, caught up when drafting resumes."""
+        self.plain_steps += rows
 
     def keep_rows(self, rows: list[int]) -> None:
         keep_batch_rows(self, ("drafts", "_first_real_slots"), rows)

@@ -151,15 +151,15 @@ class Eagle3ChainProposer:
         self.pending = verify_features  # [B, W, n*H]: slots start..start+W-1; the first n_committed are valid
         self.pending_counts = n_committed
 
-    def commit_plain(self, verify_features: torch.Tensor, n_committed: torch.Tensor) -> None:
-        """A plain step (width policy: no draft this round) committed the token after the verified one;
-        verify_features [B, 1, n*H] are the target's taps at that verified slot. They join the pending rows, which
-        stay one run of committed rows: the rows of an earlier drafted verify, of which only some were committed, go
-        into the drafter cache first (``absorb`` keeps each row's last committed one pending)."""
+    def commit_plain(self, verify_features: torch.Tensor, n_committed: torch.Tensor, rows: int = 1) -> None:
+        """A round this drafter did not draft (a plain step, or a verify of copied tokens) committed ``rows`` tokens
+        per row; verify_features [B, rows, n*H] are the target's taps at those slots. They join the pending rows,
+        which stay one run of committed rows: the rows of an earlier drafted verify, of which only some were
+        committed, go into the drafter cache first (``absorb`` keeps each row's last committed one pending)."""
         if self.pending_counts is not None:
             self.absorb(self.pending, self.pending_counts)
             self.pending_counts = None
-        self.pending = torch.cat([self.pending, verify_features], dim=1)  # [B, C+1, n*H]
+        self.pending = torch.cat([self.pending, verify_features], dim=1)  # [B, C+rows, n*H]
 
     def keep_rows(self, rows: list[int]) -> None:
         keep_batch_rows(self, ("pending", "pending_counts", "context_start", "drafts"), rows)

@@ -161,9 +161,9 @@ class WhiFlashProposer:
                 if name != self.active:
                     self._catch_up(name)
 
-    def commit_plain(self, verify_features: torch.Tensor, n_committed: torch.Tensor) -> None:
-        """A plain step (the width policy: no draft this round): neither drafter drafted, so the step's committed row
-        joins both backlogs, caught up as any round they sat out."""
+    def commit_plain(self, verify_features: torch.Tensor, n_committed: torch.Tensor, rows: int = 1) -> None:
+        """A round neither drafter drafted (a plain step): its committed rows (``n_committed`` of
+        ``verify_features``' per batch row) join both backlogs, caught up as any round they sat out."""
         self.drafter_per_round.append(PLAIN)
         for name in self.proposers:
             self.unseen[name].append((verify_features[..., self._columns[name]], n_committed))

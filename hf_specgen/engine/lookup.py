@@ -3,7 +3,10 @@
 Prompt lookup decoding (transformers' ``prompt_lookup_num_tokens``, vLLM's n-gram speculator) finds a row's last few
 tokens earlier in its sequence and proposes what followed them there. Here it runs on the device over the session's
 token buffer with fixed shapes (no host read, no new shape for a compiled step), beside the drafter rather than
-instead of it: ``PromptLookup`` decides each round, per row, which of the two to verify (docs/methods.md).
+instead of it. For one prompt, a round whose row has a 3-token match (``copies_next``, read with the previous round's
+numbers) may verify the copy alone (``copy_block``; ``width_policy.CopyingWidthPolicy`` decides); otherwise, and in
+batches, ``PromptLookup.overlay`` decides per row which of the copy and the drafter's block to verify
+(docs/methods.md).
 """
 
 from __future__ import annotations
@@ -64,6 +67,21 @@ class PromptLookup:
         self.score = torch.zeros(len(self.SIZES), dtype=torch.long, device=device)  # per match size, as SIZES
         self.taken_rows = torch.zeros((), dtype=torch.long, device=device)  # rows and rounds that verified a copy
         self._round = None
+
+    def copies_next(self, session) -> torch.Tensor:
+        """[B] long, 1 where the row's next overlay takes a copy whatever the drafter drafts: its last 3 tokens
+        occurred earlier and 3-token copies are trusted. Computed after a round's tokens are appended and read with
+        that round's numbers, so the width policy knows before choosing the next width that the row will verify a
+        copy (whose acceptance it estimates apart from the drafter's)."""
+        found, _, _ = lookup_drafts(session.tokens, session.lengths, session.left_padding, 1, self.SIZES[:1])
+        return (found & (self.score[0] >= 0)).long()
+
+    def copy_block(self, session, width: int) -> torch.Tensor:
+        """[B, width]: each row's last committed token, then the width - 1 tokens its 3-token match copies (for rows
+        that ``copies_next`` named: a round verifying copied tokens alone, with no drafter's block)."""
+        _, _, copied = lookup_drafts(session.tokens, session.lengths, session.left_padding, width - 1, self.SIZES[:1])
+        self.taken_rows += copied.shape[0]
+        return torch.cat([session.token_block(session.last_slots, 1), copied], dim=1)
 
     def overlay(self, draft: torch.Tensor, session) -> torch.Tensor:
         """draft [B, w] -> the block to verify, [B, w]."""

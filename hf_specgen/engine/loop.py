@@ -8,7 +8,8 @@ block in one forward; ``verify.py`` decides how many drafts each row keeps; cach
 row's write position. Rows that are done stop changing and are padded with ``pad_token_id`` in the output, as stock
 generate does; compiled steps keep computing them (and ignore them), so every step keeps its shape, while an eager
 batch drops them (``_drop_finished_rows``). With ``prompt_lookup``, rows that repeat their own text verify the copy
-instead of the drafter's tokens (``lookup.py``).
+instead of the drafter's tokens (``lookup.py``); for one prompt, such a round may verify the copy alone, without a
+drafter forward (``width_policy.CopyingWidthPolicy``).
 
 Host round trips: everything a round decides stays on the device; the loop reads ONE small tensor per round (each
 row's accepted count, committed count and done flag) to know when to stop and to keep the statistics. Extra reads
@@ -37,8 +38,8 @@ from .support import (attention_layout, cache_keyword, check_target, hybrid_laye
 from .taps import decoder_layers, tapped
 from .tree import TreeProposal, accept_greedy, accept_sampling, accepted_within_budgets, compact_path
 from .verify import accept_block, check_processors, process_block_logits, target_choices
-from .width_policy import (AcceptanceEstimate, RoutedWidthPolicy, TreeAcceptanceEstimate, WidthPolicy,
-                           batch_bucket, call_acceptance, cost_key, costs_of,
+from .width_policy import (COPIED, COPY_WIDTH, AcceptanceEstimate, CopyingWidthPolicy, RoutedWidthPolicy,
+                           TreeAcceptanceEstimate, WidthPolicy, batch_bucket, call_acceptance, cost_key, costs_of,
                            measure_verify_costs, width_buckets)
 
 
@@ -175,7 +176,8 @@ class SpeculativeDecoder:
     """Runs speculative generate calls for ``target`` with a proposer (see drafters/)."""
 
     def __init__(self, target, proposer, mode: str, compile_steps: bool, verifier=None, adaptive: bool = False,
-                 drafter=None, prompt_lookup: bool = False, lookup_in_batches: bool = True):
+                 drafter=None, prompt_lookup: bool = False, lookup_in_batches: bool = True,
+                 copy_width: int = COPY_WIDTH):
         self.target = target
         self.proposer = proposer
         # adaptive: each round's verify width from measured costs and acceptance (width_policy.py); the proposer
@@ -187,6 +189,7 @@ class SpeculativeDecoder:
         # ... in a batch too (asked for): the default call copies for one prompt only, since a batch's rows share
         # one width and copies slowed batches of 4 in the benchmark (docs/methods.md)
         self.lookup_in_batches = lookup_in_batches
+        self.copy_width = copy_width  # rows a verify of copied tokens alone may reach (at least the block's)
         self.mode = mode
         self.compile_steps = compile_steps
         self.width = proposer.block_size
@@ -208,6 +211,18 @@ class SpeculativeDecoder:
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ target forwards
+    def _copies_alone(self, copying: bool, batch: int) -> bool:
+        """Whether the call's rounds may verify copied tokens without drafting (CopyingWidthPolicy): one prompt, the
+        width policy on, a proposer that drafts blocks or chains (not trees) and catches up on rows it did not
+        draft."""
+        return (copying and batch == 1 and self.adaptive and not getattr(self.proposer, "drafts_trees", False)
+                and hasattr(self.proposer, "commit_plain"))
+
+    def _copy_width(self) -> int:
+        """The widest verify of copied tokens alone: ``copy_width`` rows (COPY_WIDTH unless the call set its width:
+        a quoted passage runs on past a young drafter's block), at least the block's."""
+        return max(self.width, self.copy_width)
+
     def _verify_step(self, block_ids, positions, mask):
         # block_ids [B, W]; positions [B, W]; mask [B, 1, W, K] (K: the attended cache slots)
         out = self.target(
@@ -285,7 +300,9 @@ class SpeculativeDecoder:
         stop = StopRule(generation_config, stopping_criteria, prompt_len, input_ids.device,
                         getattr(target.config, "max_position_embeddings", None))
         margin = getattr(self.proposer, "cache_margin", 0)
-        capacity = _required_capacity(prompt_len, stop.max_new_tokens, width + margin, self.compile_steps,
+        copying = self.prompt_lookup and (batch == 1 or self.lookup_in_batches)
+        widest = self._copy_width() if self._copies_alone(copying, batch) else width  # rows of the widest verify
+        capacity = _required_capacity(prompt_len, stop.max_new_tokens, widest + margin, self.compile_steps,
                                       max_cache_len)
         check_target(target, capacity, reads_hidden_states=bool(self.layer_ids), prompt_len=prompt_len)
         reason = rollback_mode_reason(target, getattr(self.proposer, "drafts_trees", False))
@@ -316,7 +333,9 @@ class SpeculativeDecoder:
             streamer.put(input_ids.cpu())
         active = torch.ones(batch, dtype=torch.bool, device=input_ids.device)
         active_rows = list(range(batch))
-        lookup, lookup_count = None, [0]  # prompt lookup (set after the prefill), and the rows that took a copy
+        # prompt lookup: the rows that took a copy, and whether every active row's next round verifies one
+        lookup_count, copy_next = [0], [False]
+        lookup = PromptLookup(input_ids.device) if copying else None
 
         def commit(result: RoundResult, counts: torch.Tensor):
             """Append each active row's kept tokens, judge stopping, and read the round's numbers to the host (the
@@ -326,13 +345,13 @@ class SpeculativeDecoder:
             kept, done = stop.judge(session, result.new_tokens, counts, active)
             first_new = list(session.host_lengths)
             extras = [x for x in (result.n_accepted, result.mismatches, result.rescued) if x is not None]
-            copies = [lookup.taken_rows.expand_as(kept)] if lookup is not None else []  # rides the same read
+            session.append_on_device(result.new_tokens, kept)
+            # the copies taken so far, and each row's next round taking one, ride the same read
+            copies = [lookup.taken_rows.expand_as(kept), lookup.copies_next(session)] if lookup is not None else []
             numbers = torch.cat([torch.stack([kept, done.long(), *extras, *copies]),
                                  *([per_row.T] if per_row is not None else [])]).tolist()
-            if copies:
-                lookup_count[0] = numbers[2 + len(extras)][0]
             kept_host, done_host = numbers[0], numbers[1]
-            session.append(result.new_tokens, kept, host_counts=kept_host)
+            session.advance_host_lengths(kept_host)
             stop.warn_past_positions(max(first_new), max(session.host_lengths))
             finished = {b for b in active_rows if done_host[b]}
             if stop.extra:
@@ -349,7 +368,11 @@ class SpeculativeDecoder:
                 logits_out.extend(result.logits[0, : kept_host[0]].float().unbind(0))
             if streamer is not None:
                 streamer.put(result.new_tokens[0, : kept_host[0]].cpu())
-            return numbers, [b for b in active_rows if b not in finished]
+            still_active = [b for b in active_rows if b not in finished]
+            if copies:
+                lookup_count[0] = numbers[2 + len(extras)][0]
+                copy_next[0] = all(numbers[3 + len(extras)][b] for b in still_active)
+            return numbers, still_active
 
         try:
             with tapped(target, self.layer_ids) as tap:
@@ -375,7 +398,7 @@ class SpeculativeDecoder:
                     self.proposer.start(session, prompt_features)
                     if observe is not None:
                         observe(out.logits[:, -1], prompt_features[:, -1], active_rows)
-                policy = self._width_policy(session, show) if self.adaptive and active_rows else None
+                policy = self._width_policy(session, show, copying) if self.adaptive and active_rows else None
                 segments = [(policy, 0)]  # each policy of the call and its first round (dropping rows changes it)
                 # An eager batch drops its finished rows (below), with a proposer that keeps per-row state it can
                 # drop; not FLy (its verifier) nor a router (per-row votes), nor where row 0 is streamed or scored
@@ -388,17 +411,20 @@ class SpeculativeDecoder:
 
                 # ---------------- decode rounds
                 rounds = []  # per round: its clock marks (read once, after the call)
-                copying = self.prompt_lookup and (batch == 1 or self.lookup_in_batches)
-                lookup = PromptLookup(input_ids.device) if copying else None
                 while active_rows:
                     r0 = clock.mark()
                     looked_up = False  # whether this round's block holds copied tokens (prompt lookup)
                     round_started = time.perf_counter()  # after the last round's host sync: its whole clock
-                    round_width = policy.choose() if policy is not None else None
+                    # whether every row has a copy at hand is known from the last read: the policy may keep such
+                    # rounds apart (CopyingWidthPolicy, RoutedWidthPolicy)
+                    round_width = policy.choose(copying=copy_next[0]) if policy is not None else None
+                    copies_alone = getattr(policy, "copies_alone", False)  # verify the copy, draft nothing
                     timing = False  # this round drafts the whole block, for the policy to time
                     show(round_width or width)
                     if round_width == 1:  # a plain step: verify the last committed token alone, draft nothing
                         draft = session.token_block(session.last_slots, 1)
+                    elif copies_alone:
+                        draft = lookup.copy_block(session, round_width)
                     else:
                         timing = policy is not None and policy.needs_draft_timing and len(rounds) >= 1
                         if timing:
@@ -411,7 +437,8 @@ class SpeculativeDecoder:
                             policy.timed_draft(self._synced_time() - draft_started)
                         if round_width is not None and not isinstance(draft, TreeProposal):
                             draft = (draft if draft.dim() == 2 else draft[None])[:, :round_width]
-                        if lookup is not None and not isinstance(draft, TreeProposal):
+                        if (lookup is not None and not isinstance(draft, TreeProposal)
+                                and getattr(policy, "overlays_copies", True)):
                             draft = lookup.overlay(draft if draft.dim() == 2 else draft[None], session)
                             looked_up = True
                     r1 = clock.mark()
@@ -442,6 +469,9 @@ class SpeculativeDecoder:
                         features = features[:, : max(1, max(numbers[2][b] + 1 for b in active_rows))]
                     if round_width == 1:
                         self.proposer.commit_plain(features, counts)
+                    elif copies_alone:  # the drafter catches up on the committed rows, as after plain steps
+                        rows = numbers[2][0] + 1
+                        self.proposer.commit_plain(features[:, :rows] if features is not None else None, counts, rows)
                     else:
                         self.proposer.commit(features, counts)
                     if policy is not None:
@@ -468,7 +498,7 @@ class SpeculativeDecoder:
                     if observe is not None and still_active:  # each row's newest committed token
                         rows, newest = torch.arange(batch, device=result.logits.device), result.n_accepted
                         observe(result.logits[rows, newest], features[rows, newest], still_active)
-                    stats.add_round([numbers[2][b] + 1 for b in active_rows],
+                    stats.add_round([numbers[0][b] for b in active_rows],  # the tokens each row kept
                                     [session.row_ids[b] for b in active_rows],  # the rows' places in the batch
                                     *([[numbers[i][b] for b in active_rows] for i in (3, 4)]
                                       if result.mismatches is not None else []))
@@ -560,24 +590,29 @@ class SpeculativeDecoder:
             torch.cuda.synchronize()  # only while the policy times the drafter once (first call per cost key)
         return time.perf_counter()
 
-    def _width_policy(self, session: DecodingSession, show) -> WidthPolicy | RoutedWidthPolicy:
+    def _width_policy(self, session: DecodingSession, show, copying: bool) -> WidthPolicy | RoutedWidthPolicy:
         """The call's policy: the target's cost table for this device / dtype / batch bucket (measured now, over this
         call's own cache, if the table lacks a width) and the acceptance carried over from earlier calls. A router
         whose drafters both draft any width (WhiFlash with an EAGLE-3 chain) gets a policy per drafter, and each
-        round's drafter is chosen among them (``RoutedWidthPolicy``)."""
+        round's drafter is chosen among them (``RoutedWidthPolicy``). ``copying``: the call verifies copied tokens,
+        whose rounds keep an acceptance estimate of their own (``COPIED``): one prompt's rounds with a copy at hand may
+        verify it alone (``CopyingWidthPolicy``), WhiFlash's choose their drafter and width under that context."""
         drafters = getattr(self.proposer, "proposers", None)
         if drafters is None or not getattr(self.proposer, "drafts_any_width", False):
-            return self._drafter_policy(self.proposer, self.width, session, show,
-                                        lambda fresh: call_acceptance(self.target, self.drafter, fresh))
+            policy = self._drafter_policy(self.proposer, self.width, session, show,
+                                          lambda fresh: call_acceptance(self.target, self.drafter, fresh))
+            return self._with_copies(policy, policy.costs, session, show, copying)
         votes = tuple(drafters)
+        # the round's context: the router's vote, and whether its rows verify copies (RoutedWidthPolicy.context)
+        contexts = list(votes) + ([f"{vote}|{COPIED}" for vote in votes] if copying else [])
         estimates, pooled = {name: {} for name in drafters}, {}
 
         def acceptance(name):
-            def per_vote(fresh):  # the drafter's estimate over all its rounds and under each vote (the first leads)
+            def per_vote(fresh):  # the drafter's estimate over all its rounds and in each context (the first leads)
                 pooled[name] = call_acceptance(self.target, self.drafter, fresh.carried(), name)
-                for vote in votes:
-                    estimates[name][vote] = call_acceptance(self.target, self.drafter, fresh.carried(),
-                                                            f"{name}|{vote}")
+                for context in contexts:
+                    estimates[name][context] = call_acceptance(self.target, self.drafter, fresh.carried(),
+                                                               f"{name}|{context}")
                 return estimates[name][votes[0]]
             return per_vote
 
@@ -586,8 +621,19 @@ class SpeculativeDecoder:
             policies[name] = self._drafter_policy(proposer, proposer.block_size, session, show, acceptance(name),
                                                   borrow=next(iter(policies.values()), None))
         fixed = self.proposer.settings.router if self.proposer.settings.router in drafters else None
-        return RoutedWidthPolicy(policies, estimates, pooled, self.proposer.vote, self.proposer.use_drafter,
-                                 fixed)
+        routed = RoutedWidthPolicy(policies, estimates, pooled, self.proposer.vote, self.proposer.use_drafter, fixed)
+        return self._with_copies(routed, next(iter(policies.values())).costs, session, show, copying)
+
+    def _with_copies(self, policy, costs, session: DecodingSession, show, copying: bool):
+        """``policy``, or for one prompt that copies a CopyingWidthPolicy over it, whose rounds with a copy at hand
+        may verify the copy alone (its verify costs kept in ``costs``, the target's table)."""
+        if not self._copies_alone(copying, session.batch_size):
+            return policy
+        widths = width_buckets(self._copy_width(), self.compile_steps)
+        self._measure_verify_costs(costs, widths, session, show)
+        copied = call_acceptance(self.target, self.drafter, AcceptanceEstimate(widths[-1]), COPIED)
+        return CopyingWidthPolicy(policy, WidthPolicy(widths, costs, copied, drafts=False,
+                                                      refeeds=bool(self._state_layers)))
 
     def _drafter_policy(self, proposer, width: int, session: DecodingSession, show, acceptance,
                         borrow: WidthPolicy | None = None) -> WidthPolicy:
@@ -608,22 +654,7 @@ class SpeculativeDecoder:
         if borrow is not None:
             for w, seconds in borrow.costs.verify.items():
                 table.verify.setdefault(w, seconds)
-        missing = tuple(w for w in widths if w not in table.verify)
-        if missing:
-            starts = session.last_slots
-            last = session.token_block(starts, 1)
-
-            saved_states = snapshot_states(self.cache) if self._state_layers else None
-
-            def run_verify(w):  # writes K/V past the committed slots only; rolled back below
-                show(w)
-                self._verify(last.expand(-1, w), session.position_block(starts, w), session.verify_mask(starts, w))
-                if saved_states is not None:
-                    restore_states(self.cache, saved_states)
-
-            table.verify.update(measure_verify_costs(run_verify, missing, session.device,
-                                                     warmups=2 if self.compile_steps else 1))
-            set_cache_length(self.cache, starts)
+        self._measure_verify_costs(table, widths, session, show)
         if table.draft_head is None and head_by_width and not self.compile_steps:
             # the lm_head over the block's W - 1 drafted rows: what a narrower round's drafting skips
             head = proposer.head
@@ -641,6 +672,25 @@ class SpeculativeDecoder:
         else:
             share = None
         return WidthPolicy(widths, table, acceptance(fresh), share, refeeds=bool(self._state_layers))
+
+    def _measure_verify_costs(self, table, widths: tuple[int, ...], session: DecodingSession, show) -> None:
+        """Time the target's verify at each of ``widths`` the cost table lacks, over this call's own cache."""
+        missing = tuple(w for w in widths if w not in table.verify)
+        if not missing:
+            return
+        starts = session.last_slots
+        last = session.token_block(starts, 1)
+        saved_states = snapshot_states(self.cache) if self._state_layers else None
+
+        def run_verify(w):  # writes K/V past the committed slots only; rolled back below
+            show(w)
+            self._verify(last.expand(-1, w), session.position_block(starts, w), session.verify_mask(starts, w))
+            if saved_states is not None:
+                restore_states(self.cache, saved_states)
+
+        table.verify.update(measure_verify_costs(run_verify, missing, session.device,
+                                                 warmups=2 if self.compile_steps else 1))
+        set_cache_length(self.cache, starts)
 
     def _drop_finished_rows(self, session: DecodingSession, finished_rows: "FinishedRows", active_rows: list[int]):
         """Keep the session's (and its caches') and the proposer's ``active_rows`` only; the others' tokens go to

@@ -50,7 +50,8 @@ class Proposer(Protocol):
 # longest row's committed ones, fewer rows for the drafter to project). For the width policy (width_policy.py):
 # ``drafts_any_width`` (``propose(width, whole_block=False)`` drafts for a round of ``width`` rows, or a tree of that
 # many nodes; ``whole_block`` drafts the whole block while the policy times it), ``drafts_token_by_token`` /
-# ``drafts_head_by_width`` (how a narrower round's drafting costs less), and ``commit_plain(features, counts)`` (a plain
-# step committed one token per row without drafting). ``keep_rows(rows)``: keep the per-row state of batch rows
+# ``drafts_head_by_width`` (how a narrower round's drafting costs less), and ``commit_plain(features, counts, rows=1)``
+# (a round the proposer did not draft committed ``rows`` tokens per row: a plain step's one, or a batch-1 verify of
+# copied tokens; ``features`` [B, rows, n_taps*H] are the target's taps at those rows). ``keep_rows(rows)``: keep the per-row state of batch rows
 # ``rows`` (a host list) only (``keep_batch_rows``); an eager batch drops its finished rows only with a proposer
 # that has it.

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 
-PLAIN = "plain"  # WhiFlash: a round of the width policy's plain steps, in ``drafter_per_round`` (no drafter)
+PLAIN = "plain"  # WhiFlash: a round no drafter drafted (a plain step, or copied tokens verified alone)
 
 @dataclass
 class SpeculativeStats:

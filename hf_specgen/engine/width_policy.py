@@ -83,6 +83,11 @@ REFERENCE_EVERY, REFERENCE_MARGIN = 8, 1.5
 # EXPLORE_COST times the chosen one's round (WidthPolicy.exploring).
 EXPLORE_EVERY, EXPLORE_COST = 8, 2.0
 GAIN_DECAY = 0.9
+# The context of the rounds whose rows all have copied tokens at hand (prompt_lookup: their last 3 tokens occurred
+# earlier): the copies' acceptance, and WhiFlash's drafters' in such rounds, are kept apart from the others', since a
+# copy of a quoted passage runs on for many tokens where a drafter's guesses do not.
+COPIED = "copied"
+COPY_WIDTH = 16  # the widest verify of copied tokens alone (CopyingWidthPolicy), whatever the drafter's block
 
 
 def width_buckets(max_width: int, compiled: bool) -> tuple[int, ...]:
@@ -361,8 +366,12 @@ class WidthPolicy:
     """Chooses each round's verify width (see the module docstring). ``widths`` includes 1 (a plain step)."""
 
     def __init__(self, widths: tuple[int, ...], costs: CostTable,
-                 acceptance: AcceptanceEstimate | TreeAcceptanceEstimate, draft_share=None, refeeds: bool = False):
+                 acceptance: AcceptanceEstimate | TreeAcceptanceEstimate, draft_share=None, refeeds: bool = False,
+                 drafts: bool = True):
         self.widths = widths
+        # drafts=False: its rounds verify tokens that cost nothing to propose (copied tokens, CopyingWidthPolicy):
+        # no drafting cost, none timed, none learned
+        self.drafts = drafts
         # refeeds: the target has recurrent layers (linear attention, convolutions), so a round that commits fewer
         # rows than it verified re-feeds the committed ones in one more forward (loop._roll_back_states)
         self.refeeds = refeeds
@@ -385,7 +394,7 @@ class WidthPolicy:
 
     @property
     def needs_draft_timing(self) -> bool:
-        return self.costs.draft is None
+        return self.drafts and self.costs.draft is None
 
     def timed_draft(self, seconds: float) -> None:
         """One steady drafting round's clock; the fastest of DRAFT_TIMING_ROUNDS becomes the drafting cost."""
@@ -395,7 +404,7 @@ class WidthPolicy:
 
     def draft_cost(self, width: int) -> float:
         """Seconds of drafting for a round of ``width`` rows (none for a plain step)."""
-        if width == 1:
+        if width == 1 or not self.drafts:
             return 0.0
         if self.draft_share is not None:
             return self.costs.draft * self.draft_share(width)
@@ -449,14 +458,26 @@ class WidthPolicy:
         """Expected committed tokens per second of a round of ``width`` rows."""
         return self.acceptance.expected_tokens(width) / self.round_seconds(width)
 
+    def best_rate(self) -> float | None:
+        """The most expected tokens per second of any width within reach (a plain step included); None while
+        drafting is not yet timed."""
+        if self.needs_draft_timing:
+            return None
+        return max(self.rate(w) for w in self.widths if w <= self.acceptance.reach())
+
+    def skip_round(self) -> None:
+        """A round of the call this policy did not choose (another policy of a CopyingWidthPolicy did)."""
+
     def best_drafting_width(self) -> int:
         """The drafting width (more than one row) with the most expected tokens per second, within reach."""
         reach = self.acceptance.reach()
         return max((w for w in self.widths[1:] if w <= reach), key=self.rate, default=self.widths[1])
 
-    def choose(self) -> int:
+    def choose(self, copying: bool = False) -> int:
+        """The round's width (``copying``, whether the round's rows copy, is for the policies that keep copies' rounds
+        apart: ``CopyingWidthPolicy``, ``RoutedWidthPolicy``; one policy's rounds share its one estimate)."""
         reach = self.acceptance.reach()
-        if self.costs.draft is None:  # drafting not yet timed (the loop times these rounds' drafts of the whole
+        if self.needs_draft_timing:  # drafting not yet timed (the loop times these rounds' drafts of the whole
             # block): verify the width that would pay best if drafting were free, never a plain step
             drafted = [w for w in self.widths[1:] if w <= reach] or [self.widths[1]]
             return max(drafted, key=lambda w: self.acceptance.expected_tokens(w) / self.costs.verify[w])
@@ -530,7 +551,7 @@ class WidthPolicy:
             width = round_widths[i]
             if i not in self.refed_rounds:
                 verify.setdefault(width, []).append(round_seconds[i] - round_draft_seconds[i])
-            if width > 1 and i > 0:  # as the whole block's drafting (a narrow round drafts less of it)
+            if width > 1 and i > 0 and self.drafts:  # as the whole block's drafting (a narrow round drafts less)
                 seconds = round_draft_seconds[i]
                 whole = seconds if i in self.whole_block_rounds else self.whole_block_draft(width, seconds)
                 draft.setdefault(width, []).append(whole)
@@ -561,7 +582,25 @@ class WidthPolicy:
 OTHER_DRAFTER_EVERY = 16
 
 
-class RoutedWidthPolicy:
+class PolicyOfPolicies:
+    """A policy made of width policies, one of which (``current``) chooses each round: the round's drafting is timed
+    and its outcome observed by that one."""
+
+    current: "WidthPolicy | PolicyOfPolicies"
+
+    @property
+    def needs_draft_timing(self) -> bool:
+        return self.current.needs_draft_timing
+
+    def timed_draft(self, seconds: float) -> None:
+        self.current.timed_draft(seconds)
+
+    def observe(self, width: int, accepted_per_row: list[int], seconds: float | None = None, within=None,
+                rows: int | None = None) -> None:
+        self.current.observe(width, accepted_per_row, seconds, within, rows)
+
+
+class RoutedWidthPolicy(PolicyOfPolicies):
     """WhiFlash's default call: each round's drafter, and its width (or a plain step).
 
     The router's vote is the round's context, not the last word. Each drafter keeps an acceptance estimate per vote
@@ -598,10 +637,11 @@ class RoutedWidthPolicy:
             policy.clocked[1] = plain_clock
             policy.whole_block_rounds, policy.refed_rounds = self.whole_block_rounds, self.refed_rounds
         self.current = next(iter(policies.values()))
-        self.round_drafters: list[str] = []  # per round: the drafter whose policy chose it
-        self.since_other = {}  # vote -> drafting rounds under it since the drafter not preferred last drafted
+        self.round_drafters: list[str | None] = []  # per round: the drafter whose policy chose it (None: none did)
+        self._round = None  # the prepared round's (vote, context)
+        self.since_other = {}  # context -> drafting rounds in it since the drafter not preferred last drafted
 
-    def _drafter_for(self, vote: str) -> tuple[str, bool]:
+    def _drafter_for(self, vote: str, context: str) -> tuple[str, bool]:
         """(the round's drafter, whether it explores: drafts once at its best width)."""
         if self.fixed is not None:
             return self.fixed, False
@@ -611,33 +651,46 @@ class RoutedWidthPolicy:
         best = max(rates, key=lambda name: (rates[name], name == vote))
         if rates[best] <= self.policies[best].rate(1):
             return best, False  # plain steps pay best: its policy takes them, and probes on its own schedule
-        self.since_other[vote] = self.since_other.get(vote, 0) + 1
-        if self.since_other[vote] >= OTHER_DRAFTER_EVERY:
-            self.since_other[vote] = 0
+        self.since_other[context] = self.since_other.get(context, 0) + 1
+        if self.since_other[context] >= OTHER_DRAFTER_EVERY:
+            self.since_other[context] = 0
             return next(name for name in self.policies if name != best), True
         return best, False
 
-    def choose(self) -> int:
+    def prepare(self, copying: bool = False) -> None:
+        """The round's vote and context (the vote, and whether its rows have a copy at hand, where the call keeps
+        such rounds apart), and each drafter's estimate under it; ``choose`` follows (asks the router once)."""
         vote = self.fixed or self.vote()
+        copied = f"{vote}|{COPIED}"
+        context = copied if copying and copied in next(iter(self.estimates.values())) else vote
         for name, policy in self.policies.items():
-            policy.acceptance = self.estimates[name][vote]
-        name, explores = self._drafter_for(vote)
+            policy.acceptance = self.estimates[name][context]
+        self._round = (vote, context)
+
+    def best_rate(self) -> float | None:
+        """After ``prepare``: the most expected tokens per second of any drafter's best width under the round's
+        context (None while a drafter's drafting is not yet timed)."""
+        rates = [policy.best_rate() for policy in self.policies.values()]
+        return None if None in rates else max(rates)
+
+    def skip_round(self) -> None:
+        self.round_drafters.append(None)  # round indices stay the call's (learn_costs)
+        self._round = None
+
+    def choose(self, copying: bool = False) -> int:
+        if self._round is None:
+            self.prepare(copying)
+        (vote, context), self._round = self._round, None
+        name, explores = self._drafter_for(vote, context)
         self.current = self.policies[name]
         width = self.current.best_drafting_width() if explores else self.current.choose()
         self.round_drafters.append(name)
         self.use_drafter(name)
         return width
 
-    @property
-    def needs_draft_timing(self) -> bool:
-        return self.current.needs_draft_timing
-
-    def timed_draft(self, seconds: float) -> None:
-        self.current.timed_draft(seconds)
-
     def observe(self, width: int, accepted_per_row: list[int], seconds: float | None = None, within=None,
                 rows: int | None = None) -> None:
-        self.current.observe(width, accepted_per_row, seconds, within, rows)
+        super().observe(width, accepted_per_row, seconds, within, rows)
         if width > 1:
             self.pooled[self.round_drafters[-1]].observe(min(width, rows or width), accepted_per_row)
 
@@ -645,6 +698,75 @@ class RoutedWidthPolicy:
         """Each drafter's policy learns from its drafting rounds, and every policy from the plain steps (``rounds``:
         the call's rounds to learn from; all by default)."""
         for name, policy in self.policies.items():
-            mine = [i for i, drafter in enumerate(self.round_drafters) if (drafter == name or round_widths[i] == 1)
+            mine = [i for i, drafter in enumerate(self.round_drafters) if drafter is not None
+                    and (drafter == name or round_widths[i] == 1) and (rounds is None or i in rounds)]
+            policy.learn_costs(round_widths, round_seconds, round_draft_seconds, mine)
+
+
+# A batch-1 call that copies: while the drafter is preferred where a copy is at hand, every COPY_EVERY-th such round
+# verifies the copy instead, so the copies' estimate follows the text too.
+COPY_EVERY = 16
+
+
+class CopyingWidthPolicy(PolicyOfPolicies):
+    """The default call's rounds for one prompt with copied tokens (``prompt_lookup``): the drafter's, or the copy's.
+
+    Where the row's last 3 tokens occurred earlier, the tokens after that occurrence are a draft that costs nothing
+    to make, and, in quoted passages, one that runs on for many tokens where the drafter's guesses do not. Such a
+    round may verify the copy alone (``copies_alone``: no drafter forward; the drafter catches up on the committed
+    rows as after a plain step). Each kind of round has its own ``WidthPolicy``, acceptance estimate and clock; the
+    copy's policy charges no drafting and may verify wider blocks than the drafter drafts. Where a copy is at hand,
+    the round goes to whichever promises more tokens per second at its best width (the copy while the drafter's
+    drafting is not yet timed); with every COPY_EVERY-th round there verifying the copy while the drafter leads, so
+    its estimate keeps up. Elsewhere the drafter's policy chooses as it would alone (its blocks may still take a
+    2-token copy that agrees with its first draft: ``PromptLookup.overlay``). Lossless either way: only proposals
+    change.
+
+    The loop talks to this as to a ``WidthPolicy``; after ``choose`` it reads ``copies_alone`` (verify the copy) and
+    ``overlays_copies`` (the drafter's block may take copied tokens)."""
+
+    def __init__(self, drafter: "WidthPolicy | RoutedWidthPolicy", copy: WidthPolicy):
+        self.drafter, self.copy = drafter, copy
+        # plain steps are the target's own forward whichever policy chose them: one clock, and one record of the
+        # rounds that drafted a whole block (timing) or re-fed a recurrent target
+        for policy in getattr(drafter, "policies", {"": drafter}).values():
+            copy.clocked[1] = policy.clocked.setdefault(1, copy.clocked.get(1) or deque(maxlen=CLOCKED_ROUNDS))
+        self.whole_block_rounds, self.refed_rounds = drafter.whole_block_rounds, drafter.refed_rounds
+        copy.whole_block_rounds, copy.refed_rounds = self.whole_block_rounds, self.refed_rounds
+        self.current = drafter
+        self.copies_alone = False
+        self.overlays_copies = True
+        self.round_policies: list[WidthPolicy] = []  # per round: the policy that chose it
+        self.since_copy = 0  # rounds with a copy at hand that the drafter took since the copy's last
+
+    def _copy_leads(self) -> bool:
+        drafter_rate = self.drafter.best_rate()
+        if drafter_rate is None or self.copy.best_rate() >= drafter_rate:
+            return True
+        self.since_copy += 1
+        if self.since_copy >= COPY_EVERY:
+            self.since_copy = 0
+            return True
+        return False
+
+    def choose(self, copying: bool = False) -> int:
+        """``copying``: the round's row has a copy at hand (its last 3 tokens occurred earlier)."""
+        prepare = getattr(self.drafter, "prepare", None)  # a router's: its vote and estimates for the round
+        if prepare is not None:
+            prepare(copying)
+        self.current = self.copy if copying and self._copy_leads() else self.drafter
+        if self.current is self.copy:
+            self.drafter.skip_round()
+        width = self.current.choose()
+        self.copies_alone = self.current is self.copy and width > 1
+        self.overlays_copies = not copying  # where the drafter was preferred to the copy, its block stays its own
+        self.round_policies.append(self.current)
+        return width
+
+    def learn_costs(self, round_widths, round_seconds, round_draft_seconds, rounds=None) -> None:
+        """Each policy learns from the rounds it chose (``rounds``: the call's rounds to learn from; all by default);
+        the copy's verify costs only."""
+        for policy in (self.drafter, self.copy):
+            mine = [i for i, chooser in enumerate(self.round_policies) if chooser is policy
                     and (rounds is None or i in rounds)]
             policy.learn_costs(round_widths, round_seconds, round_draft_seconds, mine)

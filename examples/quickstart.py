@@ -52,4 +52,8 @@ stats = out.speculative_stats
 print(f"\ntau = {stats.mean_acceptance_length:.2f} tokens per target forward over {stats.num_rounds} rounds, "
       f"{stats.decode_tokens_per_second:.1f} decode tokens/s")
 reference = target.generate(input_ids, max_new_tokens=128, do_sample=False)
-print("identical to stock greedy generate:", torch.equal(out.sequences, reference))
+# bf16 (the auto dtype on a CPU with bf16 units): a verify of several tokens may round a near-tie differently from
+# stock's one-token steps, and the texts part there; float32 is exact
+BF16_NOTE = " (bf16 near-tie: load the models with dtype=torch.float32 for the exact tokens)"
+same = torch.equal(out.sequences, reference)
+print(f"identical to stock greedy generate: {same}{'' if same or target.dtype == torch.float32 else BF16_NOTE}")

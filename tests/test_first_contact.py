@@ -60,12 +60,16 @@ def test_examples_run_offline_as_written(tmp_path):
                             timeout=900, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     out = {part.split("\n", 1)[0]: part for part in result.stdout.split("=== ")[1:]}
-    assert "identical to stock greedy generate: True" in out["quickstart"]
+    # The default calls' widths follow this machine's clock; in bf16 a wide verify may part from stock's text at a
+    # near-tie, and the examples say so (fp32, the auto dtype without bf16 units, must be exact)
+    exact = re.compile(r"identical to stock greedy generate: True" + (
+        "" if hf_specgen.auto_dtype() == torch.float32 else r"|identical to stock greedy generate: False \(bf16 near-tie"))
+    assert len(exact.findall(out["quickstart"])) == 1
     assert "using the models embedded in hf_specgen" in out["quickstart"]  # no GPU here, and it says so
     assert "using the 8M-parameter tiny world" in out["quickstart"]
     assert "identical to stock greedy generate: True" in out["classic"]
     assert out["eagle3"].count("identical to stock greedy generate: True") == 2
-    assert out["whiflash"].count("identical to stock greedy generate: True") == 2
+    assert len(exact.findall(out["whiflash"])) == 2
     assert out["fly"].count("lossy=True") == 2
     assert re.search(r"\d+ rounds for 64 tokens", out["streaming"])
 

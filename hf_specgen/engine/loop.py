@@ -498,7 +498,7 @@ class SpeculativeDecoder:
                     if observe is not None and still_active:  # each row's newest committed token
                         rows, newest = torch.arange(batch, device=result.logits.device), result.n_accepted
                         observe(result.logits[rows, newest], features[rows, newest], still_active)
-                    stats.add_round([numbers[0][b] for b in active_rows],  # the tokens each row kept
+                    stats.add_round([numbers[2][b] + 1 for b in active_rows],
                                     [session.row_ids[b] for b in active_rows],  # the rows' places in the batch
                                     *([[numbers[i][b] for b in active_rows] for i in (3, 4)]
                                       if result.mismatches is not None else []))

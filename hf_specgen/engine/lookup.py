@@ -69,10 +69,10 @@ class PromptLookup:
         self._round = None
 
     def copies_next(self, session) -> torch.Tensor:
-        """[B] long, 1 where the row's next overlay takes a copy whatever the drafter drafts: its last 3 tokens
-        occurred earlier and 3-token copies are trusted. Computed after a round's tokens are appended and read with
-        that round's numbers, so the width policy knows before choosing the next width that the row will verify a
-        copy (whose acceptance it estimates apart from the drafter's)."""
+        """[B] long, 1 where the row has a copy at hand: its last 3 tokens occurred earlier and 3-token copies are
+        trusted (the next overlay takes it whatever the drafter drafts, or the round verifies it alone). Computed after
+        a round's tokens are appended and read with that round's numbers, so the width policy knows it before choosing
+        the next round (``CopyingWidthPolicy``)."""
         found, _, _ = lookup_drafts(session.tokens, session.lengths, session.left_padding, 1, self.SIZES[:1])
         return (found & (self.score[0] >= 0)).long()
 

@@ -133,15 +133,10 @@ class DecodingSession:
     def position_block(self, first_slots: torch.Tensor, n: int) -> torch.Tensor:
         return self.gather(self.positions, first_slots, n)  # [B, n]
 
-    def append(self, new_tokens: torch.Tensor, counts: torch.Tensor, host_counts: list[int] | None = None) -> None:
-        """Row b appends new_tokens[b, :counts[b]]. new_tokens [B, n]; counts [B] on the device. ``host_counts``
-        (the same numbers on the host, when the caller has them) keeps the host mirror without a transfer."""
-        self.append_on_device(new_tokens, counts)
-        self.advance_host_lengths(counts.tolist() if host_counts is None else host_counts)
-
     def append_on_device(self, new_tokens: torch.Tensor, counts: torch.Tensor) -> None:
-        """``append``'s device half: the tokens and lengths (the host mirror follows with ``advance_host_lengths``,
-        so a caller can compute on the new tokens before its one host read)."""
+        """Row b appends new_tokens[b, :counts[b]]. new_tokens [B, n]; counts [B] on the device. The host mirror of
+        the lengths follows with ``advance_host_lengths`` once the caller has read the counts, so it can compute on
+        the new tokens (the next round's lookup) before its one host read."""
         n = new_tokens.shape[1]
         offsets = torch.arange(n, device=self.device)
         slots = (self.lengths[:, None] + offsets).clamp(max=self.capacity - 1)  # [B, n]
@@ -150,6 +145,7 @@ class DecodingSession:
         self.lengths += counts
 
     def advance_host_lengths(self, host_counts: list[int]) -> None:
+        """The host mirror of ``append_on_device``'s lengths: ``host_counts`` are its counts, read on the host."""
         self.host_lengths = [length + c for length, c in zip(self.host_lengths, host_counts)]
 
     # ---------------------------------------------------------------- masks (additive float, [B, 1, Q, K])

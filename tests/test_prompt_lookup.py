@@ -387,3 +387,23 @@ def test_a_draft_lm_catches_up_on_the_rows_copies_alone_committed(monkeypatch):
     first_copy = widths.index(16)
     after = [i for i in range(first_copy, len(widths) - 1) if widths[i] == 8]  # drafted (the last round may stop)
     assert after and all(kept[i] == 8 for i in after), list(zip(widths, kept))
+
+
+def test_a_hybrid_target_stays_exact_with_copies_verified_alone(monkeypatch):
+    """On a target with linear-attention layers a copy round that commits fewer rows than it verified re-feeds the
+    committed ones, as a drafted round does: with every round that has a copy at hand verifying it alone, at random
+    widths, the tokens are stock greedy's."""
+    from hf_specgen.architectures import _assistant
+    from hf_specgen.engine.width_policy import CopyingWidthPolicy, WidthPolicy
+    from test_hybrid import hybrid_target
+
+    rng = random.Random(5)
+    monkeypatch.setattr(WidthPolicy, "choose", lambda self, copying=False: rng.choice(self.widths))
+    monkeypatch.setattr(CopyingWidthPolicy, "_copy_leads", lambda self: True)
+    target = hybrid_target("qwen3_5_text", seed=3)
+    prompt = repeating_prompt(rng)
+    ref = target.generate(prompt, max_new_tokens=40, do_sample=False, eos_token_id=None)
+    out = target.generate(prompt, assistant_model=_assistant("dflash", target), speculative_mode="dflash",
+                          max_new_tokens=40, do_sample=False, eos_token_id=None, return_dict_in_generate=True)
+    assert out.sequences.tolist() == ref.tolist()
+    assert out.speculative_stats.lookup_drafts >= 3  # copy rounds ran

@@ -36,8 +36,8 @@ import hf_specgen  # noqa: E402
 from hf_specgen.bench.models import synthetic_pair  # noqa: E402
 
 # Modes whose greedy rounds read the device once (WhiFlash's router and FLy's prompt lookup read tokens on the host).
-ONE_READ_PER_ROUND = {"autoregressive", "dflash", "dflash-drafter-alone", "dflash-draft-vocab", "dflash-tree", "classic", "eagle3-chain",
-                      "eagle3-tree", "eagle3-chain-adaptive", "fly"}
+ONE_READ_PER_ROUND = {"autoregressive", "dflash", "dflash-drafter-alone", "dflash-draft-vocab", "dflash-tree", "classic",
+                      "eagle3-chain", "eagle3-tree", "eagle3-chain-adaptive", "fly"}
 
 
 def assistants(drafter, draft_lm, eagle) -> dict[str, tuple]:

@@ -62,8 +62,9 @@ def test_examples_run_offline_as_written(tmp_path):
     out = {part.split("\n", 1)[0]: part for part in result.stdout.split("=== ")[1:]}
     # The default calls' widths follow this machine's clock; in bf16 a wide verify may part from stock's text at a
     # near-tie, and the examples say so (fp32, the auto dtype without bf16 units, must be exact)
-    exact = re.compile(r"identical to stock greedy generate: True" + (
-        "" if hf_specgen.auto_dtype() == torch.float32 else r"|identical to stock greedy generate: False \(bf16 near-tie"))
+    said = "identical to stock greedy generate: "
+    exact = re.compile(said + "True" + ("" if hf_specgen.auto_dtype() == torch.float32 else
+                                        "|" + said + r"False \(bf16 near-tie"))
     assert len(exact.findall(out["quickstart"])) == 1
     assert "using the models embedded in hf_specgen" in out["quickstart"]  # no GPU here, and it says so
     assert "using the 8M-parameter tiny world" in out["quickstart"]

@@ -162,8 +162,9 @@ class WhiFlashProposer:
                     self._catch_up(name)
 
     def commit_plain(self, verify_features: torch.Tensor, n_committed: torch.Tensor, rows: int = 1) -> None:
-        """A round neither drafter drafted (a plain step): its committed rows (``n_committed`` of
-        ``verify_features``' per batch row) join both backlogs, caught up as any round they sat out."""
+        """A round neither drafter drafted (a plain step, or copied tokens verified alone): its committed rows
+        (``n_committed`` of ``verify_features``' per batch row) join both backlogs, caught up as any round they sat
+        out."""
         self.drafter_per_round.append(PLAIN)
         for name in self.proposers:
             self.unseen[name].append((verify_features[..., self._columns[name]], n_committed))

@@ -23,10 +23,12 @@ from .tree import TreeProposal
 def keep_batch_rows(owner, names: tuple[str, ...], kept: list[int]) -> None:
     """A proposer's ``keep_rows``: its per-row state ``names`` (tensors with the batch first, or per-row lists; None
     stays None) keeps rows ``kept`` only. Its caches are attached to the session, which drops their rows itself."""
+    index: dict[torch.device, torch.Tensor] = {}  # ``kept`` as a tensor, made once per device
     for name in names:
         value = getattr(owner, name, None)
         if isinstance(value, torch.Tensor):
-            setattr(owner, name, value.index_select(0, torch.tensor(kept, dtype=torch.long, device=value.device)))
+            rows = index.setdefault(value.device, torch.tensor(kept, dtype=torch.long, device=value.device))
+            setattr(owner, name, value.index_select(0, rows))
         elif isinstance(value, list):
             setattr(owner, name, [value[b] for b in kept])
 
@@ -52,6 +54,6 @@ class Proposer(Protocol):
 # many nodes; ``whole_block`` drafts the whole block while the policy times it), ``drafts_token_by_token`` /
 # ``drafts_head_by_width`` (how a narrower round's drafting costs less), and ``commit_plain(features, counts, rows=1)``
 # (a round the proposer did not draft committed ``rows`` tokens per row: a plain step's one, or a batch-1 verify of
-# copied tokens; ``features`` [B, rows, n_taps*H] are the target's taps at those rows). ``keep_rows(rows)``: keep the per-row state of batch rows
-# ``rows`` (a host list) only (``keep_batch_rows``); an eager batch drops its finished rows only with a proposer
-# that has it.
+# copied tokens; ``features`` [B, rows, n_taps*H] are the target's taps at those rows). ``keep_rows(rows)``: keep the
+# per-row state of batch rows ``rows`` (a host list) only (``keep_batch_rows``); an eager batch drops its finished
+# rows only with a proposer that has it.

@@ -729,8 +729,8 @@ class CopyingWidthPolicy(PolicyOfPolicies):
         self.drafter, self.copy = drafter, copy
         # plain steps are the target's own forward whichever policy chose them: one clock, and one record of the
         # rounds that drafted a whole block (timing) or re-fed a recurrent target
-        for policy in getattr(drafter, "policies", {"": drafter}).values():
-            copy.clocked[1] = policy.clocked.setdefault(1, copy.clocked.get(1) or deque(maxlen=CLOCKED_ROUNDS))
+        first = next(iter(getattr(drafter, "policies", {"": drafter}).values()))  # a router's share theirs already
+        copy.clocked[1] = first.clocked.setdefault(1, deque(maxlen=CLOCKED_ROUNDS))
         self.whole_block_rounds, self.refed_rounds = drafter.whole_block_rounds, drafter.refed_rounds
         copy.whole_block_rounds, copy.refed_rounds = self.whole_block_rounds, self.refed_rounds
         self.current = drafter

@@ -370,7 +370,7 @@ def test_eager_steps_attend_only_the_used_cache_prefix(qwen3_pair):
     assert out.tolist() == target.generate(prompt, max_new_tokens=300, do_sample=False, eos_token_id=None).tolist()
     capacity = 20 + 300 + 2 * drafter.block_size  # the verify block + the drafter block's margin
     bucket = lambda slots: -(-slots // VISIBLE_BUCKET) * VISIBLE_BUCKET  # noqa: E731
-    # prefill and first verify: 20 (then 21) prompt slots + the verify block + the drafter block's margin
-    assert widths[0] == bucket(20 + 2 * drafter.block_size) and widths[1] == bucket(21 + 2 * drafter.block_size)
+    # the prefill: its 20 prompt slots only; the first verify: 21 slots + the verify block + the drafter's margin
+    assert widths[0] == bucket(20) and widths[1] == bucket(21 + 2 * drafter.block_size)
     assert widths == sorted(widths) and all(w % VISIBLE_BUCKET == 0 or w == capacity for w in widths)
     assert widths[-1] == capacity and sum(widths) < 0.7 * capacity * len(widths)

@@ -57,7 +57,8 @@ def test_any_sequence_of_widths_returns_the_stock_tokens(family, random_widths):
 
 def test_plain_steps_attend_no_slots_for_a_block_they_do_not_draft(random_widths):
     """Eager rounds attend the used cache prefix rounded up to VISIBLE_BUCKET; a drafting round's prefix also holds
-    the drafter's block (its margin), a plain step's does not: at the same length it may attend fewer keys."""
+    the drafter's block (its margin), a plain step's does not: at the same length it may attend fewer keys. The
+    prefill attends the prompt's slots only (in bf16 more keys may round a near-tie apart from a plain call's)."""
     from hf_specgen.engine.graphs import VISIBLE_BUCKET
 
     target = make_target("qwen3", seed=7)
@@ -83,9 +84,11 @@ def test_plain_steps_attend_no_slots_for_a_block_they_do_not_draft(random_widths
     rounds = keys[-stats.num_rounds:]  # after the prefill (and the first call's cost timing)
     length, saved = prompt.shape[1] + 1, 0  # committed before the first round
     capacity = prompt.shape[1] + 16 + 2 * drafter.block_size  # the verify block + the drafter block's margin
+    bucket = lambda slots: min(capacity, -(-slots // VISIBLE_BUCKET) * VISIBLE_BUCKET)  # noqa: E731
+    # the prefill attends the prompt's slots only, as a plain call's does (not the first block's and its margin)
+    assert keys[0] == (prompt.shape[1], bucket(prompt.shape[1]))
     for (rows, attended), width, committed in zip(rounds, stats.round_widths, stats.acceptance_lengths):
         assert rows == width
-        bucket = lambda slots: min(capacity, -(-slots // VISIBLE_BUCKET) * VISIBLE_BUCKET)  # noqa: E731
         assert attended == bucket(length + width + (0 if width == 1 else drafter.block_size))
         saved += attended < bucket(length + width + drafter.block_size)
         length += committed
@@ -314,6 +317,36 @@ def test_an_explicit_width_keeps_the_fixed_block(qwen3_pair):
     assert set(out.speculative_stats.round_widths) <= {1, 2, 4}
     with pytest.raises(ValueError, match="FLy verifies a fixed width for now: drop adaptive_width"):
         target.generate(prompt, assistant_model=drafter, speculative_mode="fly", adaptive_width=True)
+
+
+def test_a_batch_that_shrinks_into_a_new_bucket_times_it_in_one_pass(monkeypatch):
+    """Rows that finish leave an eager batch; once the rest fit a smaller batch bucket the policy takes that
+    bucket's costs, timed in the middle of the call where the table lacks them: one timed pass and no warm-up there
+    (the call's first timing keeps its warm-up and repeats), and the tokens stay stock's."""
+    from test_batch import _stops_at_different_rounds
+
+    from hf_specgen.engine.width_policy import batch_bucket
+
+    target = make_target("qwen3", seed=5)
+    drafter = make_dflash(target, block_size=8)
+    ids, mask = padded_batch(random.Random(12), [9, 20, 14, 3, 30, 7, 11, 25])
+    stops, ref = _stops_at_different_rounds(target, ids, mask, 40)
+    timings, real = [], hf_specgen.engine.loop.measure_verify_costs
+
+    def spy(run_verify, widths, device, **timing):
+        timings.append(timing)
+        return real(run_verify, widths, device, **timing)
+
+    monkeypatch.setattr(hf_specgen.engine.loop, "measure_verify_costs", spy)
+    out = target.generate(ids, attention_mask=mask, assistant_model=drafter, speculative_mode="dflash",
+                          max_new_tokens=40, do_sample=False, eos_token_id=stops, pad_token_id=0,
+                          return_dict_in_generate=True)
+    assert out.sequences.tolist() == ref.tolist()
+    new_buckets = len({batch_bucket(size) for size in out.speculative_stats.round_batch_sizes}) - 1
+    assert new_buckets >= 1
+    quick = [i for i, timing in enumerate(timings) if timing == {"warmups": 0, "budget": 0.0}]
+    assert len(quick) >= new_buckets and quick == list(range(len(timings) - len(quick), len(timings)))
+    assert timings[0].get("warmups", 1) >= 1  # the call's first timing (bucket 8) as before
 
 
 def test_policy_probes_back_off_and_return():

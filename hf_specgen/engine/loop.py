@@ -379,7 +379,9 @@ class SpeculativeDecoder:
                 self.tap = tap
                 # ---------------- prefill: the prompt, and the first new token of every row
                 t0 = clock.mark()
-                show()
+                # the prefill writes the prompt's slots only: attending a block's slots past them costs keys, and in
+                # bf16 a different key count can round a near-tie apart from stock's (plain steps attend as stock)
+                show(0)
                 prefill_mask = session.prefill_mask()
                 if padded_prefill:  # recurrent layers take the 2D padding mask (stock generate passes the same)
                     prefill_mask = layer_masks(target, prefill_mask, attention_mask)
@@ -516,7 +518,7 @@ class SpeculativeDecoder:
                         active_rows = list(range(len(active_rows)))
                         if policy is not None and batch_bucket(session.batch_size) != bucket:
                             policy = self._drafter_policy(self.proposer, self.width, session, show,
-                                                          lambda fresh, kept=policy.acceptance: kept)
+                                                          lambda fresh, kept=policy.acceptance: kept, quick=True)
                             segments.append((policy, len(stats.round_widths)))
                 t2 = clock.mark()
         finally:
@@ -636,10 +638,11 @@ class SpeculativeDecoder:
                                                       refeeds=bool(self._state_layers)))
 
     def _drafter_policy(self, proposer, width: int, session: DecodingSession, show, acceptance,
-                        borrow: WidthPolicy | None = None) -> WidthPolicy:
+                        borrow: WidthPolicy | None = None, quick: bool = False) -> WidthPolicy:
         """The width policy of one proposer drafting blocks of up to ``width`` rows; ``acceptance(fresh estimate)``
         gives the call's estimate. ``borrow``: a policy of the same call whose measured verify costs this one's table
-        takes where it lacks them (the same target forwards)."""
+        takes where it lacks them (the same target forwards). ``quick``: costs the table lacks are timed in one
+        pass (``_measure_verify_costs``)."""
         widths = width_buckets(width, self.compile_steps)
         if not getattr(proposer, "drafts_any_width", False) and getattr(proposer, "drafts_trees", False):
             widths = (1, width)  # a router's tree is verified whole: drafting or a plain step
@@ -654,13 +657,14 @@ class SpeculativeDecoder:
         if borrow is not None:
             for w, seconds in borrow.costs.verify.items():
                 table.verify.setdefault(w, seconds)
-        self._measure_verify_costs(table, widths, session, show)
+        self._measure_verify_costs(table, widths, session, show, quick)
         if table.draft_head is None and head_by_width and not self.compile_steps:
             # the lm_head over the block's W - 1 drafted rows: what a narrower round's drafting skips
             head = proposer.head
             rows = torch.zeros(session.batch_size, width - 1, head.weight.shape[1], dtype=head.weight.dtype,
                                device=head.weight.device)
-            table.draft_head = measure_verify_costs(lambda w: head(rows), (width,), session.device)[width]
+            table.draft_head = measure_verify_costs(lambda w: head(rows), (width,), session.device,
+                                                    **self._quick_timing(quick))[width]
         # a proposer whose trees' node budget the policy chooses (not a router's tree, verified whole)
         depth = getattr(proposer, "depth", None) if getattr(proposer, "drafts_trees", False) else None
         fresh = AcceptanceEstimate(width) if depth is None else TreeAcceptanceEstimate(widths, depth)
@@ -673,8 +677,16 @@ class SpeculativeDecoder:
             share = None
         return WidthPolicy(widths, table, acceptance(fresh), share, refeeds=bool(self._state_layers))
 
-    def _measure_verify_costs(self, table, widths: tuple[int, ...], session: DecodingSession, show) -> None:
-        """Time the target's verify at each of ``widths`` the cost table lacks, over this call's own cache."""
+    def _quick_timing(self, quick: bool) -> dict:
+        """A call whose batch shrank into a bucket the table lacks times that bucket's forwards in the middle of the
+        call, where every second spent is the user's: one timed pass and no warm-up (these eager shapes already ran
+        at the larger batch), about a quarter of the first call's timing; the rounds' clock refines it."""
+        return dict(warmups=0, budget=0.0) if quick and not self.compile_steps else {}
+
+    def _measure_verify_costs(self, table, widths: tuple[int, ...], session: DecodingSession, show,
+                              quick: bool = False) -> None:
+        """Time the target's verify at each of ``widths`` the cost table lacks, over this call's own cache
+        (``quick``: one pass, see ``_quick_timing``)."""
         missing = tuple(w for w in widths if w not in table.verify)
         if not missing:
             return
@@ -688,8 +700,8 @@ class SpeculativeDecoder:
             if saved_states is not None:
                 restore_states(self.cache, saved_states)
 
-        table.verify.update(measure_verify_costs(run_verify, missing, session.device,
-                                                 warmups=2 if self.compile_steps else 1))
+        timing = self._quick_timing(quick) or dict(warmups=2 if self.compile_steps else 1)
+        table.verify.update(measure_verify_costs(run_verify, missing, session.device, **timing))
         set_cache_length(self.cache, starts)
 
     def _drop_finished_rows(self, session: DecodingSession, finished_rows: "FinishedRows", active_rows: list[int]):

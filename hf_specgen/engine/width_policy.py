@@ -178,10 +178,10 @@ def load_costs(model, path) -> None:
 
 
 def measure_verify_costs(run_verify, widths: tuple[int, ...], device: torch.device,
-                         warmups: int = 1) -> dict[int, float]:
+                         warmups: int = 1, budget: float = MEASURE_BUDGET_SECONDS) -> dict[int, float]:
     """Seconds of ``run_verify(w)`` for each width: ``warmups`` untimed calls at every width (allocations; a compiled
     step compiles on its first call and records its CUDA graph on the second), then timed passes, the fastest kept,
-    repeated while the timed passes stay within their budget."""
+    repeated while the timed passes stay within ``budget`` seconds (0: one pass)."""
 
     def timed(w: int) -> float:
         if device.type == "cuda":
@@ -198,7 +198,7 @@ def measure_verify_costs(run_verify, widths: tuple[int, ...], device: torch.devi
     start = time.perf_counter()
     best = {w: timed(w) for w in widths}
     passes = 1
-    while passes < 5 and time.perf_counter() - start + sum(best.values()) <= MEASURE_BUDGET_SECONDS:
+    while passes < 5 and time.perf_counter() - start + sum(best.values()) <= budget:
         for w in widths:
             best[w] = min(best[w], timed(w))
         passes += 1

@@ -13,30 +13,7 @@ def cpu_runs_bf16_fast() -> bool:
     import torch
 
     probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-    return any(getattr(torch.cpu, name, lambda: False)() for name in probes) and not onednn_caps_out_bf16()
-
-
-# oneDNN's ISA masks (dnnl_cpu_isa_t): a level includes every level whose bits it holds.
-_ONEDNN_ISA_MASKS = {"SSE41": 0x1, "AVX": 0x3, "AVX2": 0x7, "AVX2_VNNI": 0xF, "AVX2_VNNI_2": 0x1F,
-                     "AVX512_CORE": 0x27, "AVX512_CORE_VNNI": 0x67, "AVX512_CORE_BF16": 0xE7,
-                     "AVX10_1_512": 0x1EF, "AVX512_CORE_FP16": 0x1EF, "AVX10_1_512_AMX": 0xFEF,
-                     "AVX512_CORE_AMX": 0xFEF, "AVX10_1_512_AMX_FP16": 0x1FEF, "AVX512_CORE_AMX_FP16": 0x1FEF}
-
-
-def onednn_caps_out_bf16() -> bool:
-    """Whether ``ONEDNN_MAX_CPU_ISA`` (or its old name ``DNNL_MAX_CPU_ISA``) keeps oneDNN below AVX512-BF16.
-
-    torch's bf16 matrix products on a CPU run in oneDNN, so such a cap makes them emulated (measured: a 16-row bf16
-    linear ran 7.5x slower under ``AVX2`` on an AVX512-BF16 CPU, fp32 unchanged) even though the CPU has the units;
-    containers set it, and it is how this project emulates an AVX2-only machine (docs/benchmarks.md).
-    """
-    import os
-
-    cap = (os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "").strip().upper()
-    if cap not in _ONEDNN_ISA_MASKS:  # unset, ALL, DEFAULT, or a name oneDNN ignores too
-        return False
-    bf16 = _ONEDNN_ISA_MASKS["AVX512_CORE_BF16"]
-    return _ONEDNN_ISA_MASKS[cap] & bf16 != bf16
+    return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
 
 
 def preferred_dtype(device: str) -> str:

@@ -198,31 +198,6 @@ def test_auto_dtype_follows_the_cpu_and_bf16_on_an_emulating_cpu_warns_once(monk
     assert sum("no bf16 units" in str(w.message) for w in record) == 1
 
 
-def test_a_onednn_isa_cap_below_avx512_bf16_makes_auto_pick_float32(monkeypatch):
-    """torch's bf16 products on a CPU run in oneDNN: where ONEDNN_MAX_CPU_ISA (or DNNL_MAX_CPU_ISA) keeps it below
-    AVX512-BF16 they are emulated although the CPU has the units, so `auto` must pick float32 there, and the run's
-    description must say why."""
-    from types import SimpleNamespace
-
-    from hf_specgen import dtypes
-    from hf_specgen.bench.runner import describe_run
-
-    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True, raising=False)
-    for name in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
-        monkeypatch.delenv(name, raising=False)
-    assert dtypes.cpu_runs_bf16_fast() and hf_specgen.auto_dtype("cpu") is torch.bfloat16
-    for cap, fast in (("AVX2", False), ("avx512_core_vnni", False), ("AVX2_VNNI_2", False), ("SSE41", False),
-                      ("AVX512_CORE_BF16", True), ("AVX512_CORE_AMX", True), ("ALL", True), ("DEFAULT", True)):
-        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
-        assert dtypes.cpu_runs_bf16_fast() is fast, cap
-        assert hf_specgen.auto_dtype("cpu") is (torch.bfloat16 if fast else torch.float32), cap
-    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
-    monkeypatch.setenv("DNNL_MAX_CPU_ISA", "AVX2")
-    assert hf_specgen.auto_dtype("cpu") is torch.float32
-    args = SimpleNamespace(dtype="fp32", device="cpu", command="bench")
-    assert "left unused by ONEDNN_MAX_CPU_ISA=AVX2" in describe_run(SimpleNamespace(names={"target": "t"}), args)
-
-
 def test_our_own_calls_raise_no_deprecation_warnings_on_the_installed_transformers():
     """Every mode, and the Hub drafter's spec_generate, pass the cache under the keyword the installed transformers
     takes (`cache` where it renamed `past_key_values`): no FutureWarning from our side."""

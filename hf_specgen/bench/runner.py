@@ -539,17 +539,10 @@ def step_oracle(models: BenchModels, args, prompts, results: list[MethodResult],
 
 def describe_run(models, args) -> str:
     """The first lines of bench / compare: what runs, where, in which dtype, and on which kind of CPU."""
-    import os
+    from ..dtypes import cpu_runs_bf16_fast
 
-    from ..dtypes import onednn_caps_out_bf16, cpu_runs_bf16_fast
-
-    if cpu_runs_bf16_fast():
-        cpu = "bf16 units (AVX512-BF16 or AMX)"
-    elif onednn_caps_out_bf16():
-        cap = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
-        cpu = f"bf16 units left unused by ONEDNN_MAX_CPU_ISA={cap} (bf16 is emulated, fp32 is the fast choice)"
-    else:
-        cpu = "no bf16 units (AVX2 or older: bf16 is emulated, fp32 is the fast choice)"
+    cpu = ("bf16 units (AVX512-BF16 or AMX)" if cpu_runs_bf16_fast()
+           else "no bf16 units (AVX2 or older: bf16 is emulated, fp32 is the fast choice)")
     lines = [f"target: {models.names.get('target')} | dtype: {args.dtype} | device: {args.device} | CPU: {cpu} | "
              f"torch threads: {torch.get_num_threads()}"]
     if getattr(args, "command", None) == "compare":

@@ -380,7 +380,7 @@ class SpeculativeDecoder:
                 # ---------------- prefill: the prompt, and the first new token of every row
                 t0 = clock.mark()
                 # the prefill writes the prompt's slots only: attending a block's slots past them costs keys, and in
-                # bf16 a different key count can round a near-tie apart from stock's (plain steps attend as stock)
+                # bf16 another key count can round a near-tie apart from what a plain call (same keys) decodes
                 show(0)
                 prefill_mask = session.prefill_mask()
                 if padded_prefill:  # recurrent layers take the 2D padding mask (stock generate passes the same)

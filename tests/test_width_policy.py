@@ -17,7 +17,7 @@ from conftest import make_dflash, make_target, random_prompt
 from hf_specgen.drafters.dflash import DFlashProposer
 from hf_specgen.engine import width_policy
 from hf_specgen.engine.support import engine_probe_reason
-from hf_specgen.engine.width_policy import AcceptanceEstimate, CostTable, WidthPolicy
+from hf_specgen.engine.width_policy import LAST_PROBE_AFTER, AcceptanceEstimate, CostTable, WidthPolicy
 from test_batch import padded_batch
 from test_dflash_tree import most_probable_prefixes, tree_paths
 
@@ -373,22 +373,41 @@ def test_policy_probes_back_off_and_return():
     assert after == [4, 8, 8]  # widening at most twice per round past what the new evidence has verified
 
 
-def test_the_next_call_goes_on_from_the_probe_gap_reached():
-    """A drafter whose probes keep failing on this target: the next call (a new policy over the carried estimate)
-    waits the backed-off 64 plain rounds before its first probe, not 8 again."""
+def _call_after_failing_drafts():
+    """A second call (a new policy over the carried estimate) of a drafter whose drafts all failed in the first."""
     costs = CostTable({1: 1.0, 2: 1.05, 4: 1.1, 8: 1.3}, draft=0.2)
     first = WidthPolicy((1, 2, 4, 8), costs, AcceptanceEstimate(8))
     for _ in range(400):
         width = first.choose()
         first.observe(width, [0])
-    second = WidthPolicy((1, 2, 4, 8), costs, first.acceptance.carried())
+    assert first.acceptance.probe_after == LAST_PROBE_AFTER
+    return WidthPolicy((1, 2, 4, 8), costs, first.acceptance.carried())
+
+
+def test_the_next_call_goes_on_from_the_probe_gap_reached():
+    """A drafter whose probes keep failing on this target: the next call (a new prompt) opens with one probe, then
+    waits the backed-off 64 plain rounds before the next, not 8 again; the failed opening probe does not widen it."""
+    second = _call_after_failing_drafts()
     choices = []
     for _ in range(150):
         width = second.choose()
         choices.append(width)
         second.observe(width, [0])
     drafted = [i for i, w in enumerate(choices) if w > 1]
-    assert drafted[:2] == [64, 129]
+    assert drafted[:3] == [0, 65, 130]
+
+
+def test_a_predictable_prompt_after_failing_ones_drafts_from_its_first_round():
+    """The carried evidence says plain steps, but the new prompt's drafts are right: the opening probe keeps them and
+    drafting widens at once (a CI run's tiny-world bench: the default call decoded the math prompt, which came after
+    the code one, at tau 1.03, where the fixed block committed 13 tokens a round)."""
+    second = _call_after_failing_drafts()
+    choices = []
+    for _ in range(4):
+        width = second.choose()
+        choices.append(width)
+        second.observe(width, [width - 1])  # every draft right
+    assert choices == [2, 4, 8, 8]
 
 
 def test_the_clock_overrules_a_model_that_says_drafting_pays():

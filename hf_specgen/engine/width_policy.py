@@ -23,7 +23,8 @@ the same engine). The policy picks the width with the most expected tokens per s
   drafter), started from an even prior so a new drafter is tried.
 
 When plain steps win, a probe round drafts after 8 plain rounds, then after 16, 32, up to 64 while probes keep
-failing (the next call of the same target and drafter goes on from the gap reached), at the widest width that costs
+failing (the next call of the same target and drafter goes on from the gap reached, after one opening probe: a new
+call is a new prompt, and a predictable one must not wait 64 plain rounds), at the widest width that costs
 at most a quarter more than a plain step (so a failed probe wastes little), and only where some width would pay if
 every draft were accepted (never, say, in a compute-bound batch). A probe that keeps at least half its drafts means
 the text changed (code, copying, lists): the old evidence is dropped and drafting resumes at once, widening at most
@@ -383,6 +384,10 @@ class WidthPolicy:
         self.acceptance = acceptance
         self.plain_streak = 0
         self.probing = False
+        # a call is new text (another prompt): where the carried evidence says plain steps, its first round that
+        # would be plain probes instead, outside the backed-off schedule (a failed one leaves the gap as it is), so a
+        # predictable prompt after unpredictable ones drafts from its start, not after up to 64 plain rounds
+        self.opening_probe = True
         self.draft_timings: list[float] = []
         self.whole_block_rounds: set[int] = set()  # the call's rounds that drafted the whole block (timing it)
         self.refed_rounds: set[int] = set()  # the call's rounds that re-fed a recurrent target (expected_refeed)
@@ -479,6 +484,7 @@ class WidthPolicy:
         reach = self.acceptance.reach()
         if self.needs_draft_timing:  # drafting not yet timed (the loop times these rounds' drafts of the whole
             # block): verify the width that would pay best if drafting were free, never a plain step
+            self.opening_probe = False  # (these rounds draft anyway)
             drafted = [w for w in self.widths[1:] if w <= reach] or [self.widths[1]]
             return max(drafted, key=lambda w: self.acceptance.expected_tokens(w) / self.costs.verify[w])
         best = max((w for w in self.widths if w <= reach), key=self.rate)
@@ -490,16 +496,17 @@ class WidthPolicy:
             self.plain_streak = 0
             if self.probing:  # the probe paid: come back quickly next time plain steps win
                 self.acceptance.probe_after = FIRST_PROBE_AFTER
-            self.probing = False
+            self.probing = self.opening_probe = False
             return self.exploring(best)
-        if self.probing:  # the probe did not pay: wait twice as long before the next
+        if self.probing == "scheduled":  # the probe did not pay: wait twice as long before the next
             self.acceptance.probe_after = min(2 * self.acceptance.probe_after, LAST_PROBE_AFTER)
-            self.probing = False
+        self.probing = False
         self.plain_streak += 1
         self.drafted_since_plain = 0
-        if self.plain_streak > self.acceptance.probe_after and self.drafting_could_pay():
+        opening, self.opening_probe = self.opening_probe, False
+        if (opening or self.plain_streak > self.acceptance.probe_after) and self.drafting_could_pay():
             self.plain_streak = 0
-            self.probing = True
+            self.probing = "opening" if opening else "scheduled"
             return self.probe_width()
         return 1
 

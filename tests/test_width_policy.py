@@ -349,63 +349,6 @@ def test_a_batch_that_shrinks_into_a_new_bucket_times_it_in_one_pass(monkeypatch
     assert timings[0].get("warmups", 1) >= 1  # the call's first timing (bucket 8) as before
 
 
-def test_a_batch_chooses_its_width_for_the_row_needing_the_most_rounds():
-    """Two rows of a batch accept every draft, two none: the batch's mean (half the drafts) says a 2-row round pays
-    (1.5 tokens for 1.3 plain steps), but the call lasts until the failing rows are done, and they commit one token a
-    round whatever the width: plain steps, with probes backing off as they do at batch 1 (the probe's drafts kept by
-    the rows that accept do not reset the rows that fail). Once those rows have only a few tokens left, the rows
-    that accept decide, and drafting resumes. Without each row's estimate the batch drafts throughout."""
-    def run(track: bool, rounds: int, left_of_failing: int = 100) -> list[int]:
-        policy = WidthPolicy((1, 2, 4), CostTable({1: 1.0, 2: 1.3, 4: 1.6}, draft=0.05), AcceptanceEstimate(4))
-        chosen = []
-        for _ in range(rounds):
-            if track:
-                policy.track_rows([0, 1, 5, 7], [100, 100, left_of_failing, left_of_failing])
-            width = policy.choose()
-            chosen.append(width)
-            policy.observe(width, [width - 1, width - 1, 0, 0])
-        return chosen
-
-    assert run(track=False, rounds=60).count(1) <= 6  # the mean: drafting (the plain rounds compare clocks)
-    drafted = [i for i, width in enumerate(run(track=True, rounds=120)) if width > 1]
-    assert drafted[:2] == [0, 1]  # the even prior, until the failing rows' evidence outweighs it
-    assert [b - a - 1 for a, b in zip(drafted[1:], drafted[2:])][:3] == [8, 16, 32]  # plain rounds between probes
-    assert run(track=True, rounds=60, left_of_failing=2)[40:].count(1) <= 3  # those rows are almost done
-
-
-def test_a_batch_call_tracks_each_row_across_dropped_rows(monkeypatch):
-    """The loop tells the policy each round's active rows by their place in the caller's batch, with the tokens each
-    may still make, and the rows' estimates go on when finished rows leave and the policy changes bucket."""
-    from test_batch import _stops_at_different_rounds
-
-    target = make_target("qwen3", seed=5)
-    drafter = make_dflash(target, block_size=8)
-    ids, mask = padded_batch(random.Random(12), [9, 20, 14, 3, 30, 7, 11, 25])
-    stops, ref = _stops_at_different_rounds(target, ids, mask, 40)
-    seen, real = [], WidthPolicy.track_rows
-
-    def spy(self, rows, tokens_left):
-        seen.append((list(rows), list(tokens_left), id(self.row_estimates)))
-        return real(self, rows, tokens_left)
-
-    monkeypatch.setattr(WidthPolicy, "track_rows", spy)
-    out = target.generate(ids, attention_mask=mask, assistant_model=drafter, speculative_mode="dflash",
-                          max_new_tokens=40, do_sample=False, eos_token_id=stops, pad_token_id=0,
-                          return_dict_in_generate=True)
-    assert out.sequences.tolist() == ref.tolist()
-    stats = out.speculative_stats
-    assert len(set(stats.round_batch_sizes)) > 1 and len(seen) == stats.num_rounds
-    rounds_of = dict.fromkeys(range(8), 0)  # the rounds each row has taken part in so far
-    for rows, left, _ in seen:
-        assert rows == sorted(rows) and len(rows) == len(set(rows))
-        # tokens made: the prefill's, then what the row committed in each of its rounds so far
-        assert left == [40 - 1 - sum(stats.row_acceptance_lengths[row][: rounds_of[row]]) for row in rows]
-        for row in rows:
-            rounds_of[row] += 1
-    assert rounds_of == {row: len(lengths) for row, lengths in enumerate(stats.row_acceptance_lengths)}
-    assert len({estimates for _, _, estimates in seen}) == 1  # one record of the rows across the call's policies
-
-
 def test_policy_probes_back_off_and_return():
     """The schedule itself: plain steps when drafts fail, probes after 8, 16, 32, 64, 64 ... plain rounds, and
     drafting as soon as a probe's drafts are accepted."""

@@ -419,10 +419,6 @@ class SpeculativeDecoder:
                     round_started = time.perf_counter()  # after the last round's host sync: its whole clock
                     # whether every row has a copy at hand is known from the last read: the policy may keep such
                     # rounds apart (CopyingWidthPolicy, RoutedWidthPolicy)
-                    if policy is not None and hasattr(policy, "track_rows"):  # a batch: each row's acceptance
-                        policy.track_rows([session.row_ids[b] for b in active_rows],
-                                          [stop.max_new_tokens - (session.host_lengths[b] - prompt_len)
-                                           for b in active_rows])
                     round_width = policy.choose(copying=copy_next[0]) if policy is not None else None
                     copies_alone = getattr(policy, "copies_alone", False)  # verify the copy, draft nothing
                     timing = False  # this round drafts the whole block, for the policy to time
@@ -521,10 +517,8 @@ class SpeculativeDecoder:
                         active = torch.ones(len(active_rows), dtype=torch.bool, device=active.device)
                         active_rows = list(range(len(active_rows)))
                         if policy is not None and batch_bucket(session.batch_size) != bucket:
-                            rows_seen = policy.row_estimates
                             policy = self._drafter_policy(self.proposer, self.width, session, show,
                                                           lambda fresh, kept=policy.acceptance: kept, quick=True)
-                            policy.row_estimates = rows_seen  # each row's acceptance goes on with it
                             segments.append((policy, len(stats.round_widths)))
                 t2 = clock.mark()
         finally:

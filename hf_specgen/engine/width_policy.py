@@ -395,12 +395,6 @@ class WidthPolicy:
         # now, whatever the costs measured once say
         self.clocked: dict[int, deque] = {}
         self.drafted_since_plain = 0  # drafting rounds since this call's last plain one
-        # A batch's call lasts until its slowest row is done, and rows accept at different rates (a code row beside a
-        # chat row): each row keeps its own estimate (the batch's as its prior), and the round's width is chosen
-        # for the rows that will take the most rounds (expected_tokens). round_rows: this round's active rows, as
-        # (place in the caller's batch, tokens it may still make); empty at batch 1 and for trees.
-        self.row_estimates: dict[int, AcceptanceEstimate] = {}
-        self.round_rows: list[tuple[int, int]] = []
         self.since_explored = EXPLORE_EVERY - 2  # a tree's drafting rounds since the last wider one (the 2nd explores)
 
     @property
@@ -465,33 +459,9 @@ class WidthPolicy:
         ratios = [c / self.model_seconds(w) for w in self.clocked if (c := self.clocked_seconds(w)) is not None]
         return self.model_seconds(width) * (statistics.median(ratios) if ratios else 1.0)
 
-    def track_rows(self, rows: list[int], tokens_left: list[int]) -> None:
-        """A batch round's active rows (their places in the caller's batch) and the tokens each may still make
-        (max_new_tokens less what it made), before ``choose``; ``observe`` then reads each row's drafts kept in the
-        same order."""
-        if len(rows) < 2 or not isinstance(self.acceptance, AcceptanceEstimate):
-            self.round_rows = []
-            return
-        self.round_rows = list(zip(rows, tokens_left))
-        for row in rows:
-            if row not in self.row_estimates:
-                self.row_estimates[row] = AcceptanceEstimate(len(self.acceptance.reached))
-            self.row_estimates[row].pooled = self.acceptance  # (a router's policy changes its estimate per vote)
-
-    def expected_tokens(self, width: int) -> float:
-        """Tokens a round of ``width`` rows commits, in expectation, as the batch sees it: at batch 1 the estimate's
-        figure; in a batch, the rounds until its last row is done decide the call's time, so the rounds the row
-        needing the most (its tokens left over its expected tokens per round) needs at this width, as tokens per
-        round of the longest row (rows at tau 1.3-1.8 at width 2: the 1.3 row decides, and a round costing 1.35
-        plain steps loses, where the batch's mean of 1.56 said it would pay)."""
-        if not self.round_rows:
-            return self.acceptance.expected_tokens(width)
-        rounds = max(left / self.row_estimates[row].expected_tokens(width) for row, left in self.round_rows)
-        return max(left for _, left in self.round_rows) / rounds
-
     def rate(self, width: int) -> float:
         """Expected committed tokens per second of a round of ``width`` rows."""
-        return self.expected_tokens(width) / self.round_seconds(width)
+        return self.acceptance.expected_tokens(width) / self.round_seconds(width)
 
     def best_rate(self) -> float | None:
         """The most expected tokens per second of any width within reach (a plain step included); None while
@@ -516,7 +486,7 @@ class WidthPolicy:
             # block): verify the width that would pay best if drafting were free, never a plain step
             self.opening_probe = False  # (these rounds draft anyway)
             drafted = [w for w in self.widths[1:] if w <= reach] or [self.widths[1]]
-            return max(drafted, key=lambda w: self.expected_tokens(w) / self.costs.verify[w])
+            return max(drafted, key=lambda w: self.acceptance.expected_tokens(w) / self.costs.verify[w])
         best = max((w for w in self.widths if w <= reach), key=self.rate)
         if best > 1 and self.needs_plain_reference(best):
             self.drafted_since_plain = 0
@@ -605,21 +575,13 @@ class WidthPolicy:
         TreeAcceptanceEstimate); ``rows``: the rows actually verified, where the drafter had fewer than ``width``
         (a router's shorter block)."""
         slots = self.acceptance.draft_slots(min(width, rows or width))
-        if width > 1 and self.probing:
-            # a probe that kept half its drafts or more: judge the new text on its own; in a batch, each row by what
-            # it kept (a row whose drafts still fail keeps its evidence, and keeps the batch on plain steps)
-            if 2 * sum(accepted_per_row) >= slots * len(accepted_per_row):
-                self.acceptance.forget()
-            for (row, _), accepted in zip(self.round_rows, accepted_per_row):
-                if 2 * accepted >= slots:
-                    self.row_estimates[row].forget()
+        if width > 1 and self.probing and 2 * sum(accepted_per_row) >= slots * len(accepted_per_row):
+            self.acceptance.forget()  # a probe kept half its drafts or more: judge the new text on its own
         if seconds:
             self.clocked.setdefault(width, deque(maxlen=CLOCKED_ROUNDS)).append(seconds)
         if width > 1:
             self.acceptance.observe(min(width, rows or width), accepted_per_row,
                                     *([within] if within is not None else []))
-            for (row, _), accepted in zip(self.round_rows, accepted_per_row):
-                self.row_estimates[row].observe(min(width, rows or width), [accepted])
 
 
 # WhiFlash's default call: in each router vote, the drafter that has not run for this many of the vote's rounds

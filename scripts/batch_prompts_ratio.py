@@ -1,9 +1,13 @@
 """Stock `generate`, the engine's plain steps and the default DFlash / EAGLE-3 calls on one batch of the batch
 benchmark's prompts (HumanEval, GSM8K, MT-Bench, QA; `specgen bench --batch-sizes`'s set), in turns, medians of 3,
 with each default call's round widths, batch sizes and per-row acceptance (docs/width-policy.md, "The prefill
-attended the first block's slots"). bf16, one thread; --prof adds cProfile of the plain and DFlash calls.
+attended the first block's slots"). bf16, one thread; --prof adds cProfile of the plain and DFlash calls;
+--bench-order takes the prompts in `specgen bench`'s order (Spec-Bench's sets, then HumanEval: its batch of 8 is
+GSM8K and MT-Bench prompts); --engine-first runs the engine's plain steps before stock in each turn (what runs
+before a call moves its time by a few percent on a 2-core CPU: docs/width-policy.md, "Per-row estimates, tried
+again").
 
-    python scripts/batch_prompts_ratio.py BATCH NEW_TOKENS FIRST_PROMPT [--prof]   # e.g. 8 48 8
+    python scripts/batch_prompts_ratio.py BATCH NEW_TOKENS FIRST_PROMPT [--prof] [--bench-order] [--engine-first]
 """
 
 import cProfile
@@ -31,7 +35,8 @@ def main() -> None:
     target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).eval())
     dflash = hf_specgen.load_drafter("hub_models/smollm2-135m-instruct-dflash-b16", dtype=torch.bfloat16)
     eagle3 = hf_specgen.load_drafter("hub_models/smollm2-135m-instruct-eagle3", dtype=torch.bfloat16)
-    records = [r for r in pick_prompts(["humaneval", "specbench"], 4) if r.get("category") in CATEGORIES]
+    prompt_sets = ["specbench", "humaneval"] if "--bench-order" in sys.argv else ["humaneval", "specbench"]
+    records = [r for r in pick_prompts(prompt_sets, 4) if r.get("category") in CATEGORIES]
     chats = [tokenizer.apply_chat_template([{"role": "user", "content": r["prompt"]}], tokenize=False,
                                            add_generation_prompt=True) for r in records[first:first + batch]]
     inputs = tokenizer(chats, return_tensors="pt", padding=True, add_special_tokens=False)
@@ -43,6 +48,8 @@ def main() -> None:
         "dflash": lambda: target.generate(**common, assistant_model=dflash, speculative_mode="dflash"),
         "eagle3": lambda: target.generate(**common, assistant_model=eagle3, speculative_mode="eagle3"),
     }
+    if "--engine-first" in sys.argv:
+        calls = {"engine, plain steps": calls.pop("engine, plain steps"), **calls}
     for call in calls.values():
         call()  # warm-up: the width policy times its costs here
     seconds, outputs = {name: [] for name in calls}, {}

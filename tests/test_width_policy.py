@@ -410,6 +410,33 @@ def test_a_predictable_prompt_after_failing_ones_drafts_from_its_first_round():
     assert choices == [2, 4, 8, 8]
 
 
+def test_only_a_call_of_one_prompt_opens_with_a_probe(monkeypatch):
+    """A batch's probe first runs the drafter over every row's prompt: the loop gives the opening probe to calls of
+    one prompt only, and not to the policy of a batch that shrank to one row."""
+    from test_batch import _stops_at_different_rounds
+
+    opening, real = [], WidthPolicy.__init__
+
+    def spy(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        opening.append(self.opening_probe)
+
+    monkeypatch.setattr(WidthPolicy, "__init__", spy)
+    target = make_target("qwen3", seed=5)
+    drafter = make_dflash(target, block_size=8)
+    ids, mask = padded_batch(random.Random(12), [9, 20, 14, 3, 30, 7, 11, 25])
+    stops, _ = _stops_at_different_rounds(target, ids, mask, 40)
+    out = target.generate(ids, attention_mask=mask, assistant_model=drafter, speculative_mode="dflash",
+                          max_new_tokens=40, do_sample=False, eos_token_id=stops, pad_token_id=0,
+                          return_dict_in_generate=True)
+    assert min(out.speculative_stats.round_batch_sizes) == 1 and len(opening) >= 2  # it shrank, policy by policy
+    assert not any(opening)
+    opening.clear()
+    target.generate(ids[:1, mask[0].bool()], assistant_model=drafter, speculative_mode="dflash", max_new_tokens=8,
+                    do_sample=False)
+    assert opening and all(opening)  # the drafter's policy (and the copies' policy, which drafts nothing)
+
+
 def test_the_clock_overrules_a_model_that_says_drafting_pays():
     """The cost model says width 8 pays (cheap verify, drafts accepted), but this call's rounds at width 8 take ten
     plain steps' time each: after MIN_CLOCKED_ROUNDS such rounds the policy runs plain steps. A one-off slow round

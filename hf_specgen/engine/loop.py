@@ -675,7 +675,9 @@ class SpeculativeDecoder:
             share = lambda w: (w - 1) / max(width - 1, 1)  # noqa: E731
         else:
             share = None
-        return WidthPolicy(widths, table, acceptance(fresh), share, refeeds=bool(self._state_layers))
+        # a call of one prompt opens with a probe where plain steps are expected (not a batch, nor a batch that shrank)
+        return WidthPolicy(widths, table, acceptance(fresh), share, refeeds=bool(self._state_layers),
+                           opening_probe=session.batch_size == 1 and not quick)
 
     def _quick_timing(self, quick: bool) -> dict:
         """A call whose batch shrank into a bucket the table lacks times that bucket's forwards in the middle of the

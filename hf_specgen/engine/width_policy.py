@@ -23,14 +23,13 @@ the same engine). The policy picks the width with the most expected tokens per s
   drafter), started from an even prior so a new drafter is tried.
 
 When plain steps win, a probe round drafts after 8 plain rounds, then after 16, 32, up to 64 while probes keep
-failing (the next call of the same target and drafter goes on from the gap reached, after one opening probe at
-batch 1: a new call is a new prompt, and a predictable one must not wait 64 plain rounds), at the widest width that
-costs
-at most a quarter more than a plain step (so a failed probe wastes little), and only where some width would pay if
-every draft were accepted (never, say, in a compute-bound batch). A probe that keeps at least half its drafts means
-the text changed (code, copying, lists): the old evidence is dropped and drafting resumes at once, widening at most
-twice per round past the widest round the new evidence holds (a probe of 2 rows says nothing about slot 10); the
-estimate then follows the new rounds.
+failing (the next call of the same target and drafter goes on from the gap reached, after one opening probe in a
+call of one prompt: a new call is a new prompt, and a predictable one must not wait 64 plain rounds), at the widest
+width that costs at most a quarter more than a plain step (so a failed probe wastes little), and only where some
+width would pay if every draft were accepted (never, say, in a compute-bound batch). A probe that keeps at least
+half its drafts means the text changed (code, copying, lists): the old evidence is dropped and drafting resumes at
+once, widening at most twice per round past the widest round the new evidence holds (a probe of 2 rows says nothing
+about slot 10); the estimate then follows the new rounds.
 
 The clock overrules the cost model: once this call has run 3 rounds of a width, that width costs the median of its
 last 8 whole rounds (drafting, verify, commit and the host sync: what the model's forwards leave out), and widths
@@ -384,7 +383,7 @@ class WidthPolicy:
         self.costs = costs
         self.acceptance = acceptance
         self.plain_streak = 0
-        self.probing = False
+        self.probing: str | None = None  # this round's probe: "scheduled" (after plain_streak) or "opening"
         # a call of one prompt is new text: where the carried evidence says plain steps, its first round that would
         # be plain probes instead, outside the backed-off schedule (a failed one leaves the gap as it is), so a
         # predictable prompt after unpredictable ones drafts from its start, not after up to 64 plain rounds. Not in
@@ -499,11 +498,11 @@ class WidthPolicy:
             self.plain_streak = 0
             if self.probing:  # the probe paid: come back quickly next time plain steps win
                 self.acceptance.probe_after = FIRST_PROBE_AFTER
-            self.probing = self.opening_probe = False
+            self.probing, self.opening_probe = None, False
             return self.exploring(best)
         if self.probing == "scheduled":  # the probe did not pay: wait twice as long before the next
             self.acceptance.probe_after = min(2 * self.acceptance.probe_after, LAST_PROBE_AFTER)
-        self.probing = False
+        self.probing = None
         self.plain_streak += 1
         self.drafted_since_plain = 0
         opening, self.opening_probe = self.opening_probe, False

@@ -15,12 +15,12 @@ import io
 import pstats
 import statistics
 import sys
-import time
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import hf_specgen
+from hf_specgen.bench.harness import time_in_turns
 from hf_specgen.bench.prompt_sets import pick_prompts
 from hf_specgen.targets import resolve_target
 
@@ -50,14 +50,7 @@ def main() -> None:
     }
     if "--engine-first" in sys.argv:
         calls = {"engine, plain steps": calls.pop("engine, plain steps"), **calls}
-    for call in calls.values():
-        call()  # warm-up: the width policy times its costs here
-    seconds, outputs = {name: [] for name in calls}, {}
-    for _ in range(3):
-        for name, call in calls.items():
-            start = time.perf_counter()
-            outputs[name] = call()
-            seconds[name].append(time.perf_counter() - start)
+    seconds, outputs = time_in_turns(calls, repeats=3)
     print(f"batch {batch} (prompts {first}-{first + batch - 1}, {inputs['input_ids'].shape[1]} tokens padded), "
           f"{new_tokens} new tokens, bf16, one thread, medians of 3")
     stock = statistics.median(seconds["stock"])

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import hf_specgen
+from hf_specgen.bench.harness import time_in_turns
 from hf_specgen.targets import resolve_target
 
 TARGETS = {"smollm2": ("smollm2-135m-instruct", "hub_models/smollm2-135m-instruct-dflash-b16"),
@@ -57,14 +57,7 @@ def main() -> None:
         "dflash, block_size=16": lambda: target.generate(**inputs, **common, assistant_model=drafter,
                                                          speculative_mode="dflash", block_size=16),
     }
-    for call in calls.values():
-        call()
-    seconds = {name: [] for name in calls}
-    for _ in range(args.repeats):
-        for name, call in calls.items():
-            start = time.perf_counter()
-            call()
-            seconds[name].append(time.perf_counter() - start)
+    seconds, _ = time_in_turns(calls, args.repeats)
     stock = statistics.median(seconds["stock generate"])
     print(f"{args.target}, {args.dtype}, batch {args.batch}, {args.max_new_tokens} new tokens, "
           f"{args.threads} thread(s), medians of {args.repeats}")

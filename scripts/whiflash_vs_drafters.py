@@ -8,12 +8,12 @@ prompt of each chosen category, in turns, medians of 3, with each call's rounds,
 import collections
 import statistics
 import sys
-import time
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import hf_specgen
+from hf_specgen.bench.harness import time_in_turns
 from hf_specgen.bench.prompt_sets import pick_prompts
 from hf_specgen.targets import resolve_target
 
@@ -34,14 +34,7 @@ def main() -> None:
         for mode, drafter in drafters.items():
             calls[mode] = lambda mode=mode, drafter=drafter: target.generate(**common, assistant_model=drafter,
                                                                              speculative_mode=mode)
-        for call in calls.values():
-            call()  # warm-up
-        seconds, outputs = {name: [] for name in calls}, {}
-        for _ in range(3):
-            for name, call in calls.items():
-                start = time.perf_counter()
-                outputs[name] = call()
-                seconds[name].append(time.perf_counter() - start)
+        seconds, outputs = time_in_turns(calls, repeats=3)
         stock = statistics.median(seconds["stock"])
         prompt_tokens = inputs["input_ids"].shape[1]
         print(f"== {record['category']}, prompt tokens {prompt_tokens}")

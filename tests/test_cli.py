@@ -143,6 +143,24 @@ def test_decode_clock_counts_only_tokens_made_inside_the_decode_window():
     assert clock.decode_tokens == 4 and clock.decode_seconds >= 0
 
 
+def test_time_in_turns_warms_each_call_once_then_alternates_them():
+    from hf_specgen.bench.harness import time_in_turns
+
+    order = []
+
+    def call(name):
+        def run():
+            order.append(name)
+            return len(order)
+        return run
+
+    seconds, outputs = time_in_turns({"stock": call("stock"), "dflash": call("dflash")}, repeats=3)
+    assert order == ["stock", "dflash"] * 4  # the warm-up pass, then 3 passes taking turns
+    assert {name: len(times) for name, times in seconds.items()} == {"stock": 3, "dflash": 3}
+    assert all(t >= 0 for times in seconds.values() for t in times)
+    assert outputs == {"stock": 7, "dflash": 8}  # what the last pass returned
+
+
 def test_shipped_remote_code_files_are_the_package_model_files():
     """save_pretrained copies each model's module next to its weights (trust_remote_code loads it from there):
     the shipped copies must be today's model code, not a stale one."""

@@ -94,6 +94,22 @@ class MethodResult:
         return statistics.mean(per_prompt) if per_prompt else None
 
 
+def time_in_turns(calls: dict, repeats: int) -> tuple[dict[str, list[float]], dict]:
+    """Wall-clock seconds of whole calls (``calls``: name -> a function of no arguments), for the scripts that time
+    ``generate`` calls side by side: each call once to warm up (the width policy measures its costs in its first
+    call), then ``repeats`` passes in which the calls take turns, so a change of load reaches them all alike.
+    Returns ({name: seconds per pass}, {name: what its call returned in the last pass})."""
+    for call in calls.values():
+        call()
+    seconds, outputs = {name: [] for name in calls}, {}
+    for _ in range(repeats):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            outputs[name] = call()
+            seconds[name].append(time.perf_counter() - start)
+    return seconds, outputs
+
+
 def run_method(target, prompts, gen_kwargs: dict, repeats: int, name: str, progress=None,
                before_prompt=None) -> MethodResult:
     """Decode every prompt with ``target.generate(**gen_kwargs)``; speculative kwargs make it speculative.

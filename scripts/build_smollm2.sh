@@ -83,10 +83,10 @@ step calibrate $SPECGEN calibrate --target $TARGET --bundle "$RUN/whiflash" --pr
 step export_pre $SPECGEN world export --world $TARGET --runs "$RUN" --out hub_models
 # Every method and peer in one run: stock generate, our DFlash / EAGLE-3 / WhiFlash (its routers and the per-step
 # hindsight oracle), transformers' prompt lookup and its own DFlash path running our drafter; every Spec-Bench
-# category and HumanEval, in bf16 where the CPU has bf16 units (--dtype auto).
+# category and HumanEval, in bf16 where the CPU has bf16 units (--dtype auto), one torch thread (steadier timings).
 step bench $SPECGEN bench --target $TARGET --prompts specbench humaneval --categories humaneval math_reasoning \
   mt_bench translation summarization qa rag --num-prompts 1 --repeats 3 --max-new-tokens 96 --block-sizes 16 \
-  --methods autoregressive dflash hf-prompt-lookup hf-dflash eagle3 whiflash --out "$RUN/bench"
+  --methods autoregressive dflash hf-prompt-lookup hf-dflash eagle3 whiflash --threads 1 --out "$RUN/bench"
 step export $SPECGEN world export --world $TARGET --runs "$RUN" --out hub_models --bench "$RUN/bench/results.json"
 mkdir -p docs/benchmarks/smollm2
 cp "$RUN/bench/results.json" "$RUN/bench/speedup.png" "$RUN/commands.txt" docs/benchmarks/smollm2/

@@ -551,8 +551,8 @@ def describe_run(models, args) -> str:
                      "and falls back to plain steps when no draft pays, so a weak drafter runs at about the speed "
                      "of stock generate; where an answer repeats its prompt or itself, a round verifies the copied "
                      "tokens (prompt_lookup), alone where copies pay better than the drafter. The SmolLM2 drafters "
-                     "shipped today are young (on held-out prompts DFlash commits about 1.7 tokens a round, EAGLE-3's "
-                     "tree about 3; the README says what is being trained, docs/width-policy.md how the width is "
+                     "shipped today are young (on held-out prompts DFlash commits about 1.8 tokens a round, EAGLE-3's "
+                     "tree about 3.4; the README says what is being trained, docs/width-policy.md how the width is "
                      "chosen); the tiny world's DFlash drafter "
                      "(`--target tiny`, about 4 tokens a round) shows what a trained one gives. In bf16 a "
                      "multi-token verify can round a near-tie differently from stock generate; --dtype fp32 is exact.")

@@ -55,10 +55,12 @@ class SpeculativeConfig:
                    plain one-token step when no draft pays, from the target's measured verify costs and the
                    drafter's running acceptance. None = on for "dflash" blocks unless block_size is given, for "classic" unless
                    num_draft_tokens or draft_confidence_threshold is, for "eagle3" unless its width is
-                   (num_draft_tokens for a chain, eagle_total_tokens for a tree), and for "whiflash" (a plain step
-                   or the router's drafter, its block verified whole or a prefix of it) unless any of those is: an
-                   explicit width keeps today's fixed behaviour; True / False force it (True with
-                   dflash_tree_nodes=N: each round's DFlash tree budget, up to N).
+                   (num_draft_tokens for a chain, eagle_total_tokens for a tree), for "whiflash" (a plain step
+                   or the router's drafter, its block verified whole or a prefix of it) unless any of those is, and
+                   for "fly" unless block_size or num_draft_tokens is (FLy's rule judges the verified prefix: its
+                   last W slots are never rescued, so a narrow round is an exact one): an explicit width keeps
+                   today's fixed behaviour; True / False force it (True with dflash_tree_nodes=N: each round's
+                   DFlash tree budget, up to N).
     fly_window:    FLy's deferred window W (default 6; 0 disables the window).
     fly_window_convention: "reference" (W counts the mismatched slot; FLy's code) or "vllm" (W counts only the
                    following matches: vLLM's ``fly_window_size``; vLLM W = reference W - 1).
@@ -157,10 +159,10 @@ class SpeculativeConfig:
             raise ValueError("dflash_tree_top_k sizes DFlash trees: also pass dflash_tree_nodes=N.")
         if self.adaptive_width not in (None, True, False):
             raise ValueError(f"adaptive_width must be True, False or None (automatic), got {self.adaptive_width!r}.")
-        if self.adaptive_width and self.mode not in ("dflash", "classic", "eagle3", "whiflash"):
+        if self.adaptive_width and self.mode not in ("dflash", "classic", "eagle3", "whiflash", "fly"):
             raise ValueError("adaptive_width=True applies to speculative_mode 'dflash' (its block, or with "
-                             "dflash_tree_nodes its trees), 'classic', 'eagle3' and 'whiflash'; FLy verifies a fixed "
-                             "width for now: drop adaptive_width.")
+                             "dflash_tree_nodes its trees), 'classic', 'eagle3', 'whiflash' and 'fly': drop "
+                             "adaptive_width.")
         if self.adaptive_width and self.draft_confidence_threshold is not None:
             raise ValueError("draft_confidence_threshold is a width heuristic of its own (each row stops drafting "
                              "when unsure): drop it, or adaptive_width.")
@@ -192,6 +194,8 @@ class SpeculativeConfig:
             return self.num_draft_tokens is None and (self.eagle_top_k == 1 or self.eagle_total_tokens is None)
         if self.mode == "whiflash":  # plain steps, or a drafter (the vote as context) and its width
             return self.block_size is None and self.num_draft_tokens is None and self.eagle_total_tokens is None
+        if self.mode == "fly":  # a prefix of the DFlash block or of the draft LM's tokens, judged by FLy's rule
+            return self.block_size is None and self.num_draft_tokens is None
         return self.mode == "dflash" and not self.dflash_tree_nodes and self.block_size is None
 
     @property

@@ -315,8 +315,10 @@ def test_an_explicit_width_keeps_the_fixed_block(qwen3_pair):
     out = target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=30,
                           block_size=4, adaptive_width=True, return_dict_in_generate=True)
     assert set(out.speculative_stats.round_widths) <= {1, 2, 4}
-    with pytest.raises(ValueError, match="FLy verifies a fixed width for now: drop adaptive_width"):
-        target.generate(prompt, assistant_model=drafter, speculative_mode="fly", adaptive_width=True)
+    for kwargs in ({"block_size": 8}, {"adaptive_width": False}):  # FLy alike
+        out = target.generate(prompt, assistant_model=drafter, speculative_mode="fly", max_new_tokens=30,
+                              return_dict_in_generate=True, **kwargs)
+        assert out.speculative_stats.round_widths == []
 
 
 def test_a_batch_that_shrinks_into_a_new_bucket_times_it_in_one_pass(monkeypatch):
@@ -577,6 +579,32 @@ def test_classic_default_call_is_exact_under_any_widths_and_its_twin_draft_accep
         committed = [n for n in stats.acceptance_lengths]
         per_round = [w for w in widths for _ in range(len(lengths))][: len(committed)]
         assert committed[:-len(lengths)] == per_round[:-len(lengths)]  # every draft accepted (the last round cut)
+
+
+def test_fly_default_call_is_exact_with_a_closed_gate_under_any_widths_and_its_twin_draft_accepts_everything(
+        random_widths):
+    """speculative_mode='fly' with no width adapts it as the exact modes do: FLy's rule judges the verified prefix
+    (its last W slots are never rescued, so a narrow round is an exact one). With a gate no mismatch passes (the top-3
+    entropy never reaches ln 3) its tokens are stock greedy's under any sequence of widths, over a DFlash block and
+    with a draft LM; the target's own copy as draft LM, drafting with prompt lookup (FLy's MLA, on by default), has
+    every draft accepted, which a draft cache that missed the plain steps' tokens would not give. Its acceptance is
+    kept apart from the same drafter's exact rounds."""
+    import copy
+
+    target = make_target("qwen3", seed=11, num_hidden_layers=2)
+    twin = copy.deepcopy(target)
+    drafter = make_dflash(target, block_size=8)
+    rng = random.Random(13)
+    closed = dict(speculative_mode="fly", fly_entropy_threshold=1.0986)
+    for lengths, new in (([21], 60), ([6, 19, 11], 45)):
+        out = _exact_on_padded_batch(target, rng, lengths, new, assistant_model=drafter, **closed)
+        assert {1, 8} <= set(out.speculative_stats.round_widths)
+        out = _exact_on_padded_batch(target, rng, lengths, new, assistant_model=twin, **closed)
+        stats = out.speculative_stats
+        assert 1 in stats.round_widths and max(stats.round_widths) == 16  # plain steps and the default 15 drafts + 1
+        per_round = [w for w in stats.round_widths for _ in range(len(lengths))][: len(stats.acceptance_lengths)]
+        assert stats.acceptance_lengths[:-len(lengths)] == per_round[:-len(lengths)]  # every draft accepted
+    assert set(width_policy._ACCEPTANCE[target][drafter]) == {"fly W=6 theta=1.0986 reference"}
 
 
 def test_an_explicit_num_draft_tokens_keeps_the_classic_width():

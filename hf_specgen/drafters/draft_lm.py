@@ -117,18 +117,12 @@ class DraftModelProposer:
     def propose(self, width: int | None = None, whole_block: bool = False) -> torch.Tensor:
         """[B, w]: each row's last committed token, then w - 1 greedy draft tokens (``width`` None or
         ``whole_block``: K + 1, the width policy timing the whole block's drafting; the caller keeps the first w)."""
-        if self.ngram:
-            return self._propose_with_ngrams()
         session, starts = self.session, self.session.last_slots  # [B], each >= 1 (the prefill committed a token)
         firsts = starts - 1
-        if self.plain_steps:  # the rows plain steps committed, up to the two the first step below rewrites
-            behind = (firsts - self.plain_steps).clamp(min=0)  # (a finished row's window may start at slot 0)
-            set_cache_length(self.cache, behind)
-            self._forward(session.token_block(behind, self.plain_steps), session.position_block(behind, self.plain_steps),
-                          session.causal_mask(behind, self.plain_steps))
-            self.forward_calls += 1
-            self.plain_steps = 0
+        self._catch_up(firsts)
         n_drafts = self.num_draft_tokens if width is None or whole_block else min(width - 1, self.num_draft_tokens)
+        if self.ngram:
+            return self._propose_with_ngrams(n_drafts)
         set_cache_length(self.cache, firsts)
         token, confidence = self._step(session.token_block(firsts, 2), session.position_block(firsts, 2),
                                        session.causal_mask(firsts, 2))
@@ -155,13 +149,27 @@ class DraftModelProposer:
             return self.drafts[:, : drafted + 1].clone()  # eager: verify only what was drafted (fewer target rows)
         return self.drafts[:, : n_drafts + 1].clone()
 
-    def _propose_with_ngrams(self) -> torch.Tensor:
+    def _catch_up(self, firsts: torch.Tensor) -> None:
+        """Feed the draft cache the rows plain steps committed, up to each row's slot ``firsts`` (the two newest
+        tokens, which every drafting path rewrites itself, excluded)."""
+        if not self.plain_steps:
+            return
+        session = self.session
+        behind = (firsts - self.plain_steps).clamp(min=0)  # (a finished row's window may start at slot 0)
+        set_cache_length(self.cache, behind)
+        self._forward(session.token_block(behind, self.plain_steps), session.position_block(behind, self.plain_steps),
+                      session.causal_mask(behind, self.plain_steps))
+        self.forward_calls += 1
+        self.plain_steps = 0
+
+    def _propose_with_ngrams(self, k: int) -> torch.Tensor:
         """Prompt lookup for every batch row (FLy's MLA): each forward runs, per row, the two newest tokens not yet
         checked (slots p, p+1, the first already in the draft cache and rewritten unchanged) and up to M candidates
         from the row's own history (padded to M: one shape for the batch). Row p+1+i predicts the token after
         candidate i-1; a row keeps its candidates up to the first one the draft model disagrees with, plus the
-        model's own next token, and moves p past them. Rows draft until every row has K tokens."""
-        session, k, m = self.session, self.num_draft_tokens, self.ngram_tokens
+        model's own next token, and moves p past them. Rows draft until every row has k tokens (K, or fewer for a
+        narrower round of the width policy). -> [B, k + 1]"""
+        session, m = self.session, self.ngram_tokens
         batch = session.batch_size
         lengths = session.host_lengths
         sequences = session.tokens[:, : max(lengths)].tolist()  # one read: every row's committed tokens

@@ -601,8 +601,13 @@ class SpeculativeDecoder:
         verify it alone (``CopyingWidthPolicy``), WhiFlash's choose their drafter and width under that context."""
         drafters = getattr(self.proposer, "proposers", None)
         if drafters is None or not getattr(self.proposer, "drafts_any_width", False):
+            # FLy's loose rule accepts more than the exact one, and more the looser its settings: its estimate is
+            # kept apart from the same drafter's exact rounds, per setting
+            verifier = self.verifier
+            context = ("" if verifier is None
+                       else f"fly W={verifier.window} theta={verifier.theta:g} {verifier.sampling_rule}")
             policy = self._drafter_policy(self.proposer, self.width, session, show,
-                                          lambda fresh: call_acceptance(self.target, self.drafter, fresh))
+                                          lambda fresh: call_acceptance(self.target, self.drafter, fresh, context))
             return self._with_copies(policy, policy.costs, session, show, copying)
         votes = tuple(drafters)
         # the round's context: the router's vote, and whether its rows verify copies (RoutedWidthPolicy.context)

@@ -57,9 +57,9 @@ class SpeculativeConfig:
                    num_draft_tokens or draft_confidence_threshold is, for "eagle3" unless its width is
                    (num_draft_tokens for a chain, eagle_total_tokens for a tree), for "whiflash" (a plain step
                    or the router's drafter, its block verified whole or a prefix of it) unless any of those is, and
-                   for "fly" unless block_size or num_draft_tokens is (FLy's rule judges the verified prefix: its
-                   last W slots are never rescued, so a narrow round is an exact one): an explicit width keeps
-                   today's fixed behaviour; True / False force it (True with dflash_tree_nodes=N: each round's
+                   for "fly" unless block_size or num_draft_tokens is (its whole block or a plain step: FLy keeps
+                   a mismatch only with W matching drafts after it, so a prefix would be an exact round): an
+                   explicit width keeps today's fixed behaviour; True / False force it (True with dflash_tree_nodes=N: each round's
                    DFlash tree budget, up to N).
     fly_window:    FLy's deferred window W (default 6; 0 disables the window).
     fly_window_convention: "reference" (W counts the mismatched slot; FLy's code) or "vllm" (W counts only the
@@ -194,7 +194,7 @@ class SpeculativeConfig:
             return self.num_draft_tokens is None and (self.eagle_top_k == 1 or self.eagle_total_tokens is None)
         if self.mode == "whiflash":  # plain steps, or a drafter (the vote as context) and its width
             return self.block_size is None and self.num_draft_tokens is None and self.eagle_total_tokens is None
-        if self.mode == "fly":  # a prefix of the DFlash block or of the draft LM's tokens, judged by FLy's rule
+        if self.mode == "fly":  # its whole block (DFlash's, or the draft LM's tokens) or a plain step
             return self.block_size is None and self.num_draft_tokens is None
         return self.mode == "dflash" and not self.dflash_tree_nodes and self.block_size is None
 

@@ -583,10 +583,9 @@ def test_classic_default_call_is_exact_under_any_widths_and_its_twin_draft_accep
 
 def test_fly_default_call_is_exact_with_a_closed_gate_under_any_widths_and_its_twin_draft_accepts_everything(
         random_widths):
-    """speculative_mode='fly' with no width adapts it as the exact modes do: FLy's rule judges the verified prefix
-    (its last W slots are never rescued, so a narrow round is an exact one). With a gate no mismatch passes (the top-3
-    entropy never reaches ln 3) its tokens are stock greedy's under any sequence of widths, over a DFlash block and
-    with a draft LM; the target's own copy as draft LM, drafting with prompt lookup (FLy's MLA, on by default), has
+    """speculative_mode='fly' with no width takes the width policy (its whole block or a plain step). With a gate no
+    mismatch passes (the top-3 entropy never reaches ln 3) its tokens are stock greedy's under any sequence of those,
+    over a DFlash block and with a draft LM; the target's own copy as draft LM, drafting with prompt lookup (FLy's MLA, on by default), has
     every draft accepted, which a draft cache that missed the plain steps' tokens would not give. Its acceptance is
     kept apart from the same drafter's exact rounds."""
     import copy
@@ -596,15 +595,27 @@ def test_fly_default_call_is_exact_with_a_closed_gate_under_any_widths_and_its_t
     drafter = make_dflash(target, block_size=8)
     rng = random.Random(13)
     closed = dict(speculative_mode="fly", fly_entropy_threshold=1.0986)
-    for lengths, new in (([21], 60), ([6, 19, 11], 45)):
+    twin_widths = []
+    for lengths, new in (([21], 60), ([6, 19, 11], 90)):
         out = _exact_on_padded_batch(target, rng, lengths, new, assistant_model=drafter, **closed)
         assert {1, 8} <= set(out.speculative_stats.round_widths)
         out = _exact_on_padded_batch(target, rng, lengths, new, assistant_model=twin, **closed)
         stats = out.speculative_stats
-        assert 1 in stats.round_widths and max(stats.round_widths) == 16  # plain steps and the default 15 drafts + 1
+        twin_widths += stats.round_widths
         per_round = [w for w in stats.round_widths for _ in range(len(lengths))][: len(stats.acceptance_lengths)]
         assert stats.acceptance_lengths[:-len(lengths)] == per_round[:-len(lengths)]  # every draft accepted
+    assert set(twin_widths) == {1, 16}  # plain steps and the default 15 drafts + 1
     assert set(width_policy._ACCEPTANCE[target][drafter]) == {"fly W=6 theta=1.0986 reference"}
+
+
+def test_fly_default_call_verifies_its_whole_block_or_a_plain_step():
+    """FLy keeps a mismatch only with W matching drafts after it, so a prefix of its block would lose the rescues it
+    is for: its policy chooses between the whole block and a plain step, nothing in between."""
+    target = make_target("qwen3", seed=11, num_hidden_layers=2)
+    drafter = make_dflash(target, block_size=8)
+    out = target.generate(random_prompt(random.Random(6), 12), assistant_model=drafter, speculative_mode="fly",
+                          max_new_tokens=40, do_sample=False, return_dict_in_generate=True)
+    assert set(out.speculative_stats.round_widths) == {1, 8}
 
 
 def test_an_explicit_num_draft_tokens_keeps_the_classic_width():

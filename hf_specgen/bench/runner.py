@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from ..engine.graphs import CACHE_BUCKET, allow_a_graph_per_decoder
+from ..config import DEFAULT_NUM_DRAFT_TOKENS
 from ..embedded import hub_models_dir
 from ..reports import has_compiled_baseline, markdown_table
 from .choices import ALL_METHODS, DTYPE_NAMES, LOSSLESS_DEFAULT  # noqa: F401 (re-exported)
@@ -267,16 +268,24 @@ def build_methods(models: BenchModels, args, longest_prompt: int = 0) -> list[tu
         variant.router = "neural" if bundle.neural_router is not None else "entropy"
         methods.append((f"whiflash {variant.router}, default call",
                         {**base, "speculative_mode": "whiflash", "assistant_model": variant}))
+    # FLy's default call (the width policy) beside its fixed width
     if models.draft_lm is not None and "fly" in wanted:
         methods.append(("fly (lossy)", {**base, "assistant_model": models.draft_lm, "speculative_mode": "fly"}))
+        k = DEFAULT_NUM_DRAFT_TOKENS["fly"]
+        methods.append((f"fly k{k} (lossy)", {**base, "assistant_model": models.draft_lm, "speculative_mode": "fly",
+                                              "num_draft_tokens": k}))
     if models.dflash is not None and "fly-dflash" in wanted:
+        methods.append(("fly over dflash (lossy)", {**base, "assistant_model": models.dflash,
+                                                    "speculative_mode": "fly"}))
         methods.append((f"fly over dflash b{max(args.block_sizes)} (lossy)", {
             **base, "assistant_model": models.dflash, "speculative_mode": "fly", "block_size": max(args.block_sizes)}))
     return methods
 
 
 def fly_sweep_methods(models: BenchModels, args, longest_prompt: int = 0) -> list[tuple[str, dict]]:
-    """FLy's ablations (the seed's table) on the tiny world: window W, gate theta, MLA, against exact verification."""
+    """FLy's ablations (the seed's table) on the tiny world: window W, gate theta, MLA, against exact verification, all
+    at one fixed width (15 draft tokens, or the DFlash block), so that each setting meets exact rounds of its width
+    (FLy's default call chooses its widths: ``fly`` in ``--methods``)."""
     stock, base = method_bases(args, longest_prompt)
     if models.draft_lm is None:
         if models.dflash is None:
@@ -298,7 +307,7 @@ def fly_sweep_methods(models: BenchModels, args, longest_prompt: int = 0) -> lis
                          ("W=8", {"fly_window": 8}), ("theta=0", {"fly_entropy_threshold": 0.0}),
                          ("theta=0.6", {"fly_entropy_threshold": 0.6}),
                          ("theta=1.0", {"fly_entropy_threshold": 1.0}), ("W=6 without MLA", {"fly_ngram": False})):
-        methods.append((f"fly {label}", {**lm, "speculative_mode": "fly", **extra}))
+        methods.append((f"fly {label}", {**lm, "speculative_mode": "fly", "num_draft_tokens": 15, **extra}))
     if models.dflash is not None:
         block = max(args.block_sizes)
         dflash = {**base, "assistant_model": models.dflash, "block_size": block}

@@ -59,8 +59,8 @@ class SpeculativeConfig:
                    or the router's drafter, its block verified whole or a prefix of it) unless any of those is, and
                    for "fly" unless block_size or num_draft_tokens is (its whole block or a plain step: FLy keeps
                    a mismatch only with W matching drafts after it, so a prefix would be an exact round): an
-                   explicit width keeps today's fixed behaviour; True / False force it (True with dflash_tree_nodes=N: each round's
-                   DFlash tree budget, up to N).
+                   explicit width keeps today's fixed behaviour; True / False force it (True with
+                   dflash_tree_nodes=N: each round's DFlash tree budget, up to N).
     fly_window:    FLy's deferred window W (default 6; 0 disables the window).
     fly_window_convention: "reference" (W counts the mismatched slot; FLy's code) or "vllm" (W counts only the
                    following matches: vLLM's ``fly_window_size``; vLLM W = reference W - 1).

@@ -585,9 +585,9 @@ def test_fly_default_call_is_exact_with_a_closed_gate_under_any_widths_and_its_t
         random_widths):
     """speculative_mode='fly' with no width takes the width policy (its whole block or a plain step). With a gate no
     mismatch passes (the top-3 entropy never reaches ln 3) its tokens are stock greedy's under any sequence of those,
-    over a DFlash block and with a draft LM; the target's own copy as draft LM, drafting with prompt lookup (FLy's MLA, on by default), has
-    every draft accepted, which a draft cache that missed the plain steps' tokens would not give. Its acceptance is
-    kept apart from the same drafter's exact rounds."""
+    over a DFlash block and with a draft LM; the target's own copy as draft LM, drafting with prompt lookup (FLy's
+    MLA, on by default), has every draft accepted, which a draft cache that missed the plain steps' tokens would not
+    give. Its acceptance is kept apart from the same drafter's exact rounds."""
     import copy
 
     target = make_target("qwen3", seed=11, num_hidden_layers=2)

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from ..engine.graphs import CACHE_BUCKET, allow_a_graph_per_decoder
 from ..config import DEFAULT_NUM_DRAFT_TOKENS
+from ..engine.graphs import CACHE_BUCKET, allow_a_graph_per_decoder
 from ..embedded import hub_models_dir
 from ..reports import has_compiled_baseline, markdown_table
 from .choices import ALL_METHODS, DTYPE_NAMES, LOSSLESS_DEFAULT  # noqa: F401 (re-exported)
@@ -300,14 +300,13 @@ def fly_sweep_methods(models: BenchModels, args, longest_prompt: int = 0) -> lis
                              ("theta=1.0", {"fly_entropy_threshold": 1.0})):
             methods.append((f"fly over dflash b{block} {label}", {**dflash, "speculative_mode": "fly", **extra}))
         return methods
-    lm = {**base, "assistant_model": models.draft_lm}
-    methods = [("autoregressive", stock), ("classic k15 (exact)", {**lm, "speculative_mode": "classic",
-                                                                  "num_draft_tokens": 15})]
+    lm = {**base, "assistant_model": models.draft_lm, "num_draft_tokens": 15}
+    methods = [("autoregressive", stock), ("classic k15 (exact)", {**lm, "speculative_mode": "classic"})]
     for label, extra in (("W=0", {"fly_window": 0}), ("W=4", {"fly_window": 4}), ("W=6 (default)", {}),
                          ("W=8", {"fly_window": 8}), ("theta=0", {"fly_entropy_threshold": 0.0}),
                          ("theta=0.6", {"fly_entropy_threshold": 0.6}),
                          ("theta=1.0", {"fly_entropy_threshold": 1.0}), ("W=6 without MLA", {"fly_ngram": False})):
-        methods.append((f"fly {label}", {**lm, "speculative_mode": "fly", "num_draft_tokens": 15, **extra}))
+        methods.append((f"fly {label}", {**lm, "speculative_mode": "fly", **extra}))
     if models.dflash is not None:
         block = max(args.block_sizes)
         dflash = {**base, "assistant_model": models.dflash, "block_size": block}

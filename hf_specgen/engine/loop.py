@@ -649,12 +649,11 @@ class SpeculativeDecoder:
         takes where it lacks them (the same target forwards). ``quick``: costs the table lacks are timed in one
         pass (``_measure_verify_costs``)."""
         widths = width_buckets(width, self.compile_steps)
-        if not getattr(proposer, "drafts_any_width", False) and getattr(proposer, "drafts_trees", False):
-            widths = (1, width)  # a router's tree is verified whole: drafting or a plain step
-        if self.verifier is not None:
-            # FLy: the whole block or a plain step. Its rule keeps a mismatch only with W matching drafts after it,
-            # so a prefix loses the rescues FLy is for (on the tiny world a prefix chosen as for exact rounds
-            # committed 3.2 tokens a round where the whole block committed 4.2)
+        # Verified whole, or a plain step: a router's tree; and FLy's block, since its rule keeps a mismatch only with
+        # W matching drafts after it, so a prefix loses the rescues FLy is for (on the tiny world a prefix chosen as
+        # for exact rounds committed 3.2 tokens a round where the whole block committed 4.2)
+        router_tree = not getattr(proposer, "drafts_any_width", False) and getattr(proposer, "drafts_trees", False)
+        if router_tree or self.verifier is not None:
             widths = (1, width)
         proposer.verify_widths = set(widths)  # the drafter keeps one graph per width its context can have
         token_by_token = getattr(proposer, "drafts_token_by_token", False)

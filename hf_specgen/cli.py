@@ -82,9 +82,8 @@ def main(argv=None) -> int:
                        help="fly and fly-dflash are lossy and run only when named here")
         p.add_argument("--categories", nargs="+", help="only prompts of these categories (e.g. math)")
         p.add_argument("--dtype", default="auto", choices=["auto", *DTYPE_NAMES],
-                       help="auto: bf16 on CUDA and for the tiny world; for a real target on a CPU, bf16 where the CPU "
-                            "has bf16 units (AVX512-BF16, AMX), else fp32 (a 16-token verify runs ~10x slower in "
-                            "emulated bf16)")
+                       help="auto: bf16 on CUDA and on a CPU with bf16 units (AVX512-BF16, AMX), else fp32 (on an "
+                            "AVX2-only CPU a 16-token verify of the real target ran 2.9x slower in bf16 than in fp32)")
         p.add_argument("--device", default="cpu")
         p.add_argument("--block-sizes", type=int, nargs="+", default=[8, 16] if name == "bench" else None,
                        help="fixed DFlash widths run beside the default (adaptive-width) DFlash call; compare shows "
@@ -179,9 +178,15 @@ def _add_training_commands(sub, argv: list[str]) -> None:
     prompts = data_sub.add_parser("prompts", help="training prompts for a real instruct target: GSM8K train, "
                                                   "standard-library code requests, general instructions")
     prompts.add_argument("--out", required=True, help="output JSONL of {id, domain, prompt} records")
-    prompts.add_argument("--math", type=int, default=600, help="GSM8K training problems (default: 600)")
-    prompts.add_argument("--code", type=int, default=600, help="standard-library code requests (default: 600)")
-    prompts.add_argument("--general", type=int, default=600, help="general instructions (default: 600)")
+    prompts.add_argument("--append", action="store_true",
+                         help="add new prompts to the end of the existing --out (none equal to one it holds, ids "
+                              "numbered on), so a dataset folder answered from it keeps its shards; pass a --seed "
+                              "other than the one that made the file; the counts then default to 0")
+    prompts.add_argument("--math", type=int, help="GSM8K training problems (default: 600; not with --append)")
+    prompts.add_argument("--math-variants", type=int, default=0,
+                         help="GSM8K training problems with their numbers redrawn (new arithmetic, same wording)")
+    prompts.add_argument("--code", type=int, help="standard-library code requests (default: 600)")
+    prompts.add_argument("--general", type=int, help="general instructions (default: 600)")
     prompts.add_argument("--code-context", type=int, default=0,
                          help="tasks over a shown standard-library function (explain, test, document, rewrite)")
     prompts.add_argument("--long", type=int, default=0, help="summarize / answer from / translate a passage of "
@@ -344,18 +349,39 @@ def _data_prompts(args) -> None:
     from collections import Counter
 
     from .bench.prompt_sets import shares_text_with_a_benchmark
-    from .training.instructions import build_prompts
+    from .training.corpus import read_jsonl
+    from .training.instructions import build_prompts, more_prompts
 
     import gzip
 
-    records = build_prompts(args.math, args.code, args.general, args.seed, n_code_context=args.code_context,
-                            n_long=args.long, exclude=shares_text_with_a_benchmark)
+    if args.append:
+        if not Path(args.out).exists():
+            raise ValueError(f"--append adds to an existing prompt file; {args.out} does not exist (drop --append to "
+                             "make one)")
+        if args.math:
+            raise ValueError("--append cannot add GSM8K training problems (a prompt file holds each once); pass "
+                             "--math-variants for new math prompts")
+        existing = read_jsonl(args.out)
+        counts = {"math-variant": args.math_variants, "code": args.code or 0, "code-context": args.code_context,
+                  "general": args.general or 0, "long": args.long}
+        added = more_prompts(existing, counts, args.seed, exclude=shares_text_with_a_benchmark)
+        records = existing + added
+    else:
+        records = build_prompts(
+            600 if args.math is None else args.math, 600 if args.code is None else args.code,
+            600 if args.general is None else args.general, args.seed, n_code_context=args.code_context,
+            n_long=args.long, exclude=shares_text_with_a_benchmark)
+        records += more_prompts(records, {"math-variant": args.math_variants}, args.seed,
+                                exclude=shares_text_with_a_benchmark)
+        added = records
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     opener = gzip.open if args.out.endswith(".gz") else open
-    with opener(args.out, "wt", encoding="utf-8") as handle:
+    tmp = Path(args.out + ".tmp")
+    with opener(tmp, "wt", encoding="utf-8") as handle:
         for record in records:
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-    print(f"wrote {len(records)} prompts to {args.out}: {dict(Counter(r['domain'] for r in records))}")
+    tmp.replace(args.out)  # an interrupted write leaves the old file whole
+    print(f"wrote {len(records)} prompts to {args.out}; new: {dict(Counter(r['id'].rsplit('-', 1)[0] for r in added))}")
 
 
 def _data_corpus(args) -> None:

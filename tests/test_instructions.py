@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 import pytest
 
@@ -57,3 +58,37 @@ def test_prompt_sources_give_the_asked_counts_domains_and_unique_prompts(trainin
     code = code_prompts(50)
     assert all("`" in r["prompt"] or "function named" in r["prompt"] for r in code)
     assert len({r["prompt"] for r in general_prompts(200)}) == 200
+
+
+def test_appended_prompts_are_new_numbered_on_and_math_variants_redraw_only_the_numbers(training):
+    """`specgen data prompts --append`: every new prompt differs from the file's and from each other, the ids go on
+    from the file's ids of the same source, a source with nothing new gives nothing, and a math variant is a GSM8K
+    training problem with the same words around other numbers (1 kept, digit counts kept)."""
+    from hf_specgen.training.instructions import _WHOLE_NUMBER, more_prompts
+
+    counts = {"math-variant": 40, "code": 30, "general": 30, "long": 20}
+    added = more_prompts(training, counts, seed=1)
+    kinds = Counter(r["id"].rsplit("-", 1)[0] for r in added)
+    assert kinds == {"gsm8k-variant": 40, "code": 30, "general": 30, "long": 20}
+    old = {r["prompt"] for r in training}
+    assert not [r for r in added if r["prompt"] in old] and len({r["prompt"] for r in added}) == len(added)
+    for kind in ("code", "general"):
+        last = max(int(r["id"].rsplit("-", 1)[1]) for r in training if r["id"].rsplit("-", 1)[0] == kind)
+        numbers = sorted(int(r["id"].rsplit("-", 1)[1]) for r in added if r["id"].rsplit("-", 1)[0] == kind)
+        assert numbers == list(range(last + 1, last + 1 + kinds[kind]))
+    assert more_prompts(training, counts, seed=1) == added  # deterministic
+    # A second append sees the first one's prompts and ids.
+    again = more_prompts(training + added, {"math-variant": 5}, seed=2)
+    assert {r["id"] for r in again} == {f"gsm8k-variant-{i}" for i in range(40, 45)}
+
+    skeletons = {_WHOLE_NUMBER.sub("#", r["prompt"]): r["prompt"] for r in gsm8k_train()}
+    for record in (r for r in added if r["id"].startswith("gsm8k-variant")):
+        assert record["domain"] == "math" and "answer" not in record
+        original = skeletons[_WHOLE_NUMBER.sub("#", record["prompt"])]  # the same problem's words
+        pairs = list(zip(_WHOLE_NUMBER.findall(original), _WHOLE_NUMBER.findall(record["prompt"])))
+        assert all(len(a) == len(b) and (a != "1" or b == "1") for a, b in pairs)
+    assert sum(a != b for r in added if r["id"].startswith("gsm8k-variant")
+               for a, b in zip(_WHOLE_NUMBER.findall(skeletons[_WHOLE_NUMBER.sub("#", r["prompt"])]),
+                               _WHOLE_NUMBER.findall(r["prompt"]))) > 40
+    with pytest.raises(ValueError, match="unknown prompt sources"):
+        more_prompts(training, {"maths": 3}, seed=1)

@@ -583,6 +583,39 @@ def test_sharded_regenerate_writes_a_dataset_folder_that_resumes_and_trainers_re
         main(args + ["--out", str(shared), "--shard-size", "4", "--worker", "2/2"])
 
 
+def test_prompts_appended_to_a_sharded_run_extend_its_short_last_shard_and_fill_new_ones(mini_world, tmp_path):
+    """`specgen data prompts --append` then the same regenerate command: the last shard, which the prompt file ended
+    inside, keeps its answers and gets the next prompts' answers; the rest go to new shards; full shards are not
+    touched; the folder equals a run over the longer file. A prompt file changed other than by appending is refused
+    before anything is answered."""
+    from hf_specgen.cli import main
+
+    prompts = read_jsonl(mini_world / "prompts.jsonl")
+    records = [{**r, "id": f"p-{i}"} for i, r in enumerate(prompts)]
+    short, longer = tmp_path / "short.jsonl", tmp_path / "longer.jsonl"
+    short.write_text("".join(json.dumps(r) + "\n" for r in records[:10]))
+    longer.write_text("".join(json.dumps(r) + "\n" for r in records[:15]))
+    args = ["data", "regenerate", "--target", str(mini_world / "target"), "--max-new-tokens", "6", "--batch-size", "3",
+            "--samples-per-prompt", "0", "--shard-size", "4"]
+    folder, reference = tmp_path / "dataset", tmp_path / "reference"
+    main(args + ["--data", str(short), "--out", str(folder)])
+    last = folder / "data" / "train-00002.jsonl.gz"
+    assert len(read_jsonl(last)) == 2
+    kept, stamp = read_jsonl(last), (folder / "data" / "train-00001.jsonl.gz").stat().st_mtime_ns
+    main(args + ["--data", str(longer), "--out", str(folder)])
+    assert read_jsonl(last)[:2] == kept and [r["id"] for r in read_jsonl(last)] == ["p-8", "p-9", "p-10", "p-11"]
+    assert [r["id"] for r in read_jsonl(folder / "data" / "train-00003.jsonl.gz")] == ["p-12", "p-13", "p-14"]
+    assert (folder / "data" / "train-00001.jsonl.gz").stat().st_mtime_ns == stamp
+    main(args + ["--data", str(longer), "--out", str(reference)])
+    assert read_jsonl(folder) == read_jsonl(reference)
+
+    reordered = tmp_path / "reordered.jsonl"
+    reordered.write_text("".join(json.dumps(r) + "\n" for r in records[1:16]))
+    with pytest.raises(ValueError, match="changed other than by appending"):
+        main(args + ["--data", str(reordered), "--out", str(folder)])
+    assert not list((folder / "partial").iterdir())  # refused before answering anything
+
+
 def test_the_committed_distillation_prompts_share_nothing_with_a_benchmark():
     """The real target's data set: its prompt file (and so every answered shard) is disjoint from every benchmark
     prompt, in the proportions its card states."""
@@ -590,7 +623,9 @@ def test_the_committed_distillation_prompts_share_nothing_with_a_benchmark():
 
     folder = Path(__file__).resolve().parents[1] / "datasets" / "smollm2-135m-instruct-distill"
     prompts = read_jsonl(folder / "prompts.jsonl.gz")
-    assert Counter(r["domain"] for r in prompts) == {"math": 7473, "code": 6381, "general": 5000, "long": 5000}
+    # The first 23,854 (the card's first build), then 4,306 appended with --seed 1 (1,500 of them math variants).
+    assert Counter(r["domain"] for r in prompts) == {"math": 8973, "code": 7481, "general": 5800, "long": 5906}
+    assert sum(r["id"].startswith("gsm8k-variant-") for r in prompts[23854:]) == 1500
     assert not [r["id"] for r in prompts if shares_text_with_a_benchmark(r["prompt"])]
     shards = sorted((folder / "data").glob("train-*.jsonl.gz"))
     assert shards

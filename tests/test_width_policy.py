@@ -375,6 +375,24 @@ def test_policy_probes_back_off_and_return():
     assert after == [4, 8, 8]  # widening at most twice per round past what the new evidence has verified
 
 
+def test_a_probe_verifies_more_than_one_draft_where_every_drafting_round_costs_much_more_than_a_plain_step():
+    """Where a round of 2 rows already costs far more than a plain step (fp32 on a CPU without bf16 units: 2 rows
+    cost 1.6 single-row forwards, 8 rows 1.7), a probe verifies the widest width costing at most a tenth more than
+    the narrowest drafting round, so one lucky draft cannot restart drafting; where narrow rounds are cheap, the
+    widest costing at most 1.25 plain steps, as before."""
+    def probe(costs: dict[int, float]) -> int:
+        policy = WidthPolicy((1, 2, 4, 8, 16), CostTable(costs, draft=0.1), AcceptanceEstimate(16))
+        for _ in range(200):  # every draft wrong, until the schedule probes
+            if (width := policy.choose()) > 1 and policy.probing:
+                return width
+            policy.observe(width, [0])
+        raise AssertionError("no probe in 200 rounds")
+
+    assert probe({1: 1.0, 2: 1.6, 4: 1.65, 8: 1.7, 16: 2.0}) == 8  # 1.8 against 1.7 + 0.1 drafting
+    assert probe({1: 1.0, 2: 1.05, 4: 1.1, 8: 1.3, 16: 1.6}) == 4  # within 1.25 plain steps
+    assert probe({1: 1.0, 2: 1.6, 4: 2.2, 8: 2.6, 16: 3.0}) == 2  # nothing wider near the narrowest
+
+
 def _call_after_failing_drafts():
     """A second call (a new policy over the carried estimate) of a drafter whose drafts all failed in the first."""
     costs = CostTable({1: 1.0, 2: 1.05, 4: 1.1, 8: 1.3}, draft=0.2)

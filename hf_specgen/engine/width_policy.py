@@ -25,11 +25,12 @@ the same engine). The policy picks the width with the most expected tokens per s
 When plain steps win, a probe round drafts after 8 plain rounds, then after 16, 32, up to 64 while probes keep
 failing (the next call of the same target and drafter goes on from the gap reached, after one opening probe in a
 call of one prompt: a new call is a new prompt, and a predictable one must not wait 64 plain rounds), at the widest
-width that costs at most a quarter more than a plain step (so a failed probe wastes little), and only where some
-width would pay if every draft were accepted (never, say, in a compute-bound batch). A probe that keeps at least
-half its drafts means the text changed (code, copying, lists): the old evidence is dropped and drafting resumes at
-once, widening at most twice per round past the widest round the new evidence holds (a probe of 2 rows says nothing
-about slot 10); the estimate then follows the new rounds.
+width that costs at most a quarter more than a plain step (so a failed probe wastes little; where every drafting
+round costs more, at most a tenth more than the narrowest one, so a probe's evidence is more than one token), and
+only where some width would pay if every draft were accepted (never, say, in a compute-bound batch). A probe that
+keeps at least half its drafts means the text changed (code, copying, lists): the old evidence is dropped and
+drafting resumes at once, widening at most twice per round past the widest round the new evidence holds (a probe of
+2 rows says nothing about slot 10); the estimate then follows the new rounds.
 
 The clock overrules the cost model: once this call has run 3 rounds of a width, that width costs the median of its
 last 8 whole rounds (drafting, verify, commit and the host sync: what the model's forwards leave out), and widths
@@ -71,6 +72,9 @@ CARRIED_WEIGHT = 16.0  # at most this many rounds' worth of evidence carried int
 PRIOR_ACCEPT, PRIOR_WEIGHT = 0.5, 1.0
 POOLED_WEIGHT = 4.0  # rounds' worth of a pooled estimate's rates as a contextual estimate's prior (WhiFlash)
 FIRST_PROBE_AFTER, LAST_PROBE_AFTER = 8, 64
+# A probe verifies the widest width whose round costs at most PROBE_COST plain steps, or at most PROBE_WIDENING times
+# the narrowest drafting round where that round alone costs more (WidthPolicy.probe_width).
+PROBE_COST, PROBE_WIDENING = 1.25, 1.1
 # A width's clocked cost is the median of its last CLOCKED_ROUNDS rounds in the call (a one-off compile or stall moves
 # no median), taken once it has MIN_CLOCKED_ROUNDS of them.
 CLOCKED_ROUNDS, MIN_CLOCKED_ROUNDS = 8, 3
@@ -545,8 +549,15 @@ class WidthPolicy:
         return any(w / self.round_seconds(w) > plain_rate for w in self.widths[1:])
 
     def probe_width(self) -> int:
-        """The widest drafting width whose round costs at most 1.25 plain steps (the narrowest, if none does)."""
-        cheap = [w for w in self.widths[1:] if self.round_seconds(w) <= 1.25 * self.round_seconds(1)]
+        """The widest drafting width whose round costs at most PROBE_COST plain steps, or, where even the narrowest
+        drafting round costs more, at most PROBE_WIDENING times that round. On a CPU without bf16 units a forward of
+        2 rows cost 1.6 single-row ones (fp32, SmolLM2-135M, AVX2) and one of 8 rows 1.7: a probe of 2 rows, one
+        draft, kept it about as often as the drafter's first-slot rate (a third of the time on chat prompts), and
+        each such success restarted drafting on the evidence of one token; a probe of 8 rows costs little more and
+        only passes where the text has become predictable."""
+        narrowest, plain = self.round_seconds(self.widths[1]), self.round_seconds(1)
+        affordable = PROBE_COST * plain if narrowest <= PROBE_COST * plain else PROBE_WIDENING * narrowest
+        cheap = [w for w in self.widths[1:] if self.round_seconds(w) <= affordable]
         return max(cheap) if cheap else self.widths[1]
 
     def learn_costs(self, round_widths: list[int], round_seconds: list[float], round_draft_seconds: list[float],

@@ -5,7 +5,7 @@ need to cover what users ask; their quality matters less than their spread. Thre
 benchmark prompt (``tests/test_instructions.py`` proves the sets are disjoint):
 
 - math: GSM8K's *training* problems (shipped in ``data/gsm8k_train.jsonl.gz``, MIT). Spec-Bench's math prompts are
-  GSM8K *test* problems.
+  GSM8K *test* problems. Once those are used, the same problems with their numbers redrawn (``math_variant_prompts``).
 - code: requests built from documented functions and classes of the Python standard library installed here (their
   names, signatures and docstring summaries), in several phrasings.
 - general: requests written by this module from templates and word lists (explanations, advice, short writing,
@@ -177,9 +177,10 @@ def code_prompts(n: int, seed: int = 0) -> list[dict]:
     return [{"id": f"code-{i}", "domain": "code", "prompt": p} for i, p in enumerate(dict.fromkeys(prompts))]
 
 
-def _unique_prompts(n: int, draw, domain: str) -> list[dict]:
+def _unique_prompts(n: int, draw, domain: str, kind: str | None = None) -> list[dict]:
     """Up to ``n`` distinct prompts from ``draw()`` (a prompt, or None for a draw to discard), giving up after 50n
-    draws when the templates have no more to give; ids ``{domain}-0``, ``{domain}-1``, ... in the order drawn."""
+    draws when the templates have no more to give; ids ``{kind}-0``, ``{kind}-1``, ... in the order drawn (``kind``
+    defaults to the domain)."""
     seen: dict[str, None] = {}
     attempts = 0
     while len(seen) < n and attempts < 50 * n:
@@ -187,7 +188,7 @@ def _unique_prompts(n: int, draw, domain: str) -> list[dict]:
         prompt = draw()
         if prompt is not None:
             seen.setdefault(prompt)
-    return [{"id": f"{domain}-{i}", "domain": domain, "prompt": p} for i, p in enumerate(seen)]
+    return [{"id": f"{kind or domain}-{i}", "domain": domain, "prompt": p} for i, p in enumerate(seen)]
 
 
 def general_prompts(n: int, seed: int = 0) -> list[dict]:
@@ -315,6 +316,64 @@ def long_context_prompts(n: int, seed: int = 0) -> list[dict]:
         return TRANSLATE_TEMPLATE.format(language=rng.choice(LANGUAGES), text=text)
 
     return _unique_prompts(n, draw, "long")
+
+
+# A whole number of a word problem: not part of a decimal ("2.50") or a grouped number ("1,000").
+_WHOLE_NUMBER = re.compile(r"(?<![\d.,])\d+(?!\d|[.,]\d)")
+
+
+def math_variant_prompts(n: int, seed: int = 0) -> list[dict]:
+    """GSM8K training problems with every whole number but 1 redrawn with as many digits (one digit: 2-9), so
+    the target answers new arithmetic in the same wording. The variants carry no answer (nobody solved them):
+    distillation needs the target's answer, not the right one."""
+    rng = random.Random(f"math-variant-{seed}")
+    problems = [r["prompt"] for r in gsm8k_train() if _WHOLE_NUMBER.search(r["prompt"])]
+
+    def redraw(match: re.Match) -> str:
+        digits = len(match.group())
+        if match.group() == "1":  # "1 month": another number would break the noun's singular
+            return "1"
+        return str(rng.randint(2, 9) if digits == 1 else rng.randint(10 ** (digits - 1), 10 ** digits - 1))
+
+    return _unique_prompts(n, lambda: _WHOLE_NUMBER.sub(redraw, rng.choice(problems)), "math", "gsm8k-variant")
+
+
+def _kind(record: dict) -> str:
+    """The source a record's id names: ``code-context-17`` -> ``code-context``."""
+    return record["id"].rsplit("-", 1)[0]
+
+
+def more_prompts(existing: list[dict], counts: dict[str, int], seed: int, exclude=None) -> list[dict]:
+    """Prompts to append to a prompt file: ``counts[kind]`` new prompts of each source (``math-variant``, ``code``,
+    ``code-context``, ``general``, ``long``) drawn with ``seed``, none equal to a prompt of ``existing`` (or to
+    another new one), numbered on from ``existing``'s ids of that source, in a seeded mixed order. A source that has
+    fewer new prompts to give gives what it has. ``exclude`` as in ``build_prompts``."""
+    makers = {"math-variant": math_variant_prompts, "code": code_prompts, "code-context": code_context_prompts,
+              "general": general_prompts, "long": long_context_prompts}
+    unknown = set(counts) - set(makers)
+    if unknown:
+        raise ValueError(f"unknown prompt sources {sorted(unknown)}; choose from {sorted(makers)}")
+    seen = {record["prompt"] for record in existing}
+    new = []
+    for source, count in counts.items():
+        if count <= 0:
+            continue
+        # Draw enough to cover every prompt this source already gave (a new seed repeats some of them).
+        drawn = makers[source](count + len(existing), seed)
+        kind = _kind(drawn[0]) if drawn else source
+        numbers = [int(r["id"].rsplit("-", 1)[1]) for r in existing if _kind(r) == kind]
+        next_number = max(numbers, default=-1) + 1
+        picked = []
+        for record in drawn:
+            if record["prompt"] in seen or (exclude is not None and exclude(record["prompt"])):
+                continue
+            seen.add(record["prompt"])
+            picked.append({**record, "id": f"{kind}-{next_number + len(picked)}"})
+            if len(picked) == count:
+                break
+        new += picked
+    random.Random(f"mix-{seed}").shuffle(new)
+    return new
 
 
 def build_prompts(n_math: int, n_code: int, n_general: int, seed: int = 0, n_code_context: int = 0,

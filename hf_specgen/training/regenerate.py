@@ -167,7 +167,8 @@ def regenerate(args) -> None:
 
     With ``--shard-size N``, ``--out`` is a dataset folder: prompts are taken in the data file's order, N at a time;
     each group is answered into ``partial/`` and, once complete, compressed into ``data/train-NNNNN.jsonl.gz``
-    (append-only: a finished shard is never rewritten, so finished shards can be committed while the run goes on)."""
+    (append-only: a finished shard is never rewritten, so finished shards can be committed while the run goes on;
+    only a last shard the prompt file ended inside is extended, its answers kept, once prompts are appended)."""
     torch.manual_seed(args.seed)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -209,26 +210,38 @@ def _regenerate_shards(model, tokenizer, records: list[dict], folder: Path, args
     per_record = 1 + args.samples_per_prompt
     worker, workers = getattr(args, "worker", (0, 1))
     mine = [i for i in range(len(groups)) if i % workers == worker]
-    finished = [i for i in mine if (folder / "data" / f"train-{i:05d}.jsonl.gz").exists()]
+    def shard_path(index: int) -> Path:
+        return folder / "data" / f"train-{index:05d}.jsonl.gz"
+
+    # A finished shard holds its whole group. The last one can be short (the prompt file ended inside it); once
+    # prompts are appended to the file (`specgen data prompts --append`), its group grows and it is extended.
+    answered = {i: read_jsonl(shard_path(i)) for i in mine if shard_path(i).exists()}
+    orders = {i: {_job_key(r, k): n for n, (r, k) in enumerate(_jobs(groups[i], args.samples_per_prompt, set()))}
+              for i in mine}
+    for index, kept in answered.items():
+        if [row["job"] for row in kept] != list(orders[index])[:len(kept)]:
+            raise ValueError(f"{shard_path(index)} does not hold the first answers of prompts "
+                             f"{index * args.shard_size}-{index * args.shard_size + len(groups[index]) - 1} of "
+                             f"{args.data}: the prompt file was changed other than by appending, or --shard-size "
+                             "differs from the run that wrote it")
     with tqdm(total=sum(len(groups[i]) for i in mine) * per_record,
-              initial=sum(len(groups[i]) for i in finished) * per_record,
+              initial=sum(len(rows) for rows in answered.values()),
               desc=f"answering into {folder}/data" + (f" (worker {worker}/{workers})" if workers > 1 else ""),
               unit="resp") as bar:
-        for index, group in enumerate(groups):
-            final = folder / "data" / f"train-{index:05d}.jsonl.gz"
-            if final.exists() or index % workers != worker:
+        for index in mine:
+            group, final, order, kept = groups[index], shard_path(index), orders[index], answered.get(index, [])
+            if len(kept) == len(order):
                 continue
             partial = folder / "partial" / f"train-{index:05d}.jsonl"
-            done = {row["job"] for row in _read_finished(partial) if "job" in row}
-            bar.update(len(done))
+            done = {row["job"] for row in kept + _read_finished(partial) if "job" in row}
+            bar.update(len(done) - len(kept))
             _answer(model, tokenizer, _jobs(group, args.samples_per_prompt, done), partial, args, bar)
-            rows = _read_finished(partial)
-            order = {_job_key(r, k): n for n, (r, k) in enumerate(_jobs(group, args.samples_per_prompt, set()))}
+            rows = kept + _read_finished(partial)
             rows.sort(key=lambda row: order[row["job"]])  # the prompt file's order, whatever the batching was
             tmp = final.with_suffix(".tmp")
             with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=9) as handle:
                 handle.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-            tmp.rename(final)  # atomic: a shard is either complete or absent
+            tmp.replace(final)  # atomic: a shard is either complete (for its prompts then) or as it was
             partial.unlink()
     rows = read_jsonl(folder)
     summary = _summarize(rows, {r["prompt"]: r for r in records})

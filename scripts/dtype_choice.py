@@ -23,7 +23,8 @@ from hf_specgen.bench.prompt_sets import load_prompt_set
 from hf_specgen.dtypes import cpu_runs_bf16_fast
 from hf_specgen.targets import resolve_target
 
-DRAFTERS = {"dflash": "hub_models/smollm2-135m-instruct-dflash-b16", "eagle3": "hub_models/smollm2-135m-instruct-eagle3"}
+DRAFTERS = {"dflash": "hub_models/smollm2-135m-instruct-dflash-b16",
+            "eagle3": "hub_models/smollm2-135m-instruct-eagle3"}
 
 
 def main() -> None:
@@ -62,9 +63,10 @@ def main() -> None:
                   for key, outs in outputs.items()}
     speed = {key: new_tokens[key] / statistics.median(times) for key, times in seconds.items()}
     best_stock = max(speed["stock generate", name] for name in dtypes)
-    print(f"CPU {'with' if cpu_runs_bf16_fast() else 'without'} bf16 units (torch: {torch.backends.cpu.get_cpu_capability()}), "
-          f"auto picks {hf_specgen.auto_dtype()}; {args.threads} thread(s), {len(prompts)} prompts "
-          f"({', '.join(args.categories)}), {args.max_new_tokens} new tokens, medians of {args.repeats}")
+    units = "with" if cpu_runs_bf16_fast() else "without"
+    print(f"CPU {units} bf16 units (torch: {torch.backends.cpu.get_cpu_capability()}), auto picks "
+          f"{hf_specgen.auto_dtype()}; {args.threads} thread(s), {len(prompts)} prompts ({', '.join(args.categories)}),"
+          f" {args.max_new_tokens} new tokens, medians of {args.repeats}")
     print("| call | dtype | tok/s | over stock, same dtype | over the faster stock |\n|---|---|---|---|---|")
     for (mode, name), value in speed.items():
         print(f"| {mode} | {name} | {value:.1f} | {value / speed['stock generate', name]:.2f}x | "

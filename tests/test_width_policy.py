@@ -393,6 +393,24 @@ def test_a_probe_verifies_more_than_one_draft_where_every_drafting_round_costs_m
     assert probe({1: 1.0, 2: 1.6, 4: 2.2, 8: 2.6, 16: 3.0}) == 2  # nothing wider near the narrowest
 
 
+def test_scheduled_probes_are_far_enough_apart_that_failed_ones_waste_at_most_a_32nd_of_the_time():
+    """Where a probe's round costs 1.9 plain steps (8 rows and drafting, fp32 on an AVX2-only CPU), a drafter whose
+    every draft fails is probed at most every 29 plain rounds (0.9 / 29 < 1/32), not from 8 on; the back-off past
+    that is the schedule's (64). Where a probe costs at most 1.25 plain steps, the schedule alone: see
+    test_policy_probes_back_off_and_return."""
+    policy = WidthPolicy((1, 2, 4, 8, 16), CostTable({1: 1.0, 2: 1.6, 4: 1.65, 8: 1.7, 16: 2.0}, draft=0.2),
+                         AcceptanceEstimate(16))
+    choices = []
+    for _ in range(400):
+        width = policy.choose()
+        choices.append(width)
+        policy.observe(width, [0])
+    drafted = [i for i, w in enumerate(choices) if w > 1]
+    gaps = [b - a - 1 for a, b in zip(drafted[1:], drafted[2:])]  # plain rounds between probes
+    assert policy.probe_gap() == 29 and gaps[:3] == [29, 32, 64] and set(gaps[3:]) == {64}
+    assert all(choices[i] == 8 for i in drafted[2:])  # each probe verifies 8 rows (probe_width)
+
+
 def _call_after_failing_drafts():
     """A second call (a new policy over the carried estimate) of a drafter whose drafts all failed in the first."""
     costs = CostTable({1: 1.0, 2: 1.05, 4: 1.1, 8: 1.3}, draft=0.2)

@@ -30,7 +30,8 @@ round costs more, at most a tenth more than the narrowest one, so a probe's evid
 only where some width would pay if every draft were accepted (never, say, in a compute-bound batch). A probe that
 keeps at least half its drafts means the text changed (code, copying, lists): the old evidence is dropped and
 drafting resumes at once, widening at most twice per round past the widest round the new evidence holds (a probe of
-2 rows says nothing about slot 10); the estimate then follows the new rounds.
+2 rows says nothing about slot 10); the estimate then follows the new rounds. Where a probe costs much more than a
+plain step, scheduled probes are further apart, so that failed ones waste at most 1/32 of the time.
 
 The clock overrules the cost model: once this call has run 3 rounds of a width, that width costs the median of its
 last 8 whole rounds (drafting, verify, commit and the host sync: what the model's forwards leave out), and widths
@@ -50,6 +51,7 @@ acceptance estimate per drafter and router vote, and the drafter whose best widt
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 import weakref
@@ -75,6 +77,9 @@ FIRST_PROBE_AFTER, LAST_PROBE_AFTER = 8, 64
 # A probe verifies the widest width whose round costs at most PROBE_COST plain steps, or at most PROBE_WIDENING times
 # the narrowest drafting round where that round alone costs more (WidthPolicy.probe_width).
 PROBE_COST, PROBE_WIDENING = 1.25, 1.1
+# Scheduled probes are at least this many plain rounds apart that a failed one costs at most this share of their time
+# (WidthPolicy.probe_gap): 1/32, so a probe costing 1.25 plain steps keeps the schedule's first gap of 8.
+PROBE_OVERHEAD = 1 / 32
 # A width's clocked cost is the median of its last CLOCKED_ROUNDS rounds in the call (a one-off compile or stall moves
 # no median), taken once it has MIN_CLOCKED_ROUNDS of them.
 CLOCKED_ROUNDS, MIN_CLOCKED_ROUNDS = 8, 3
@@ -510,7 +515,8 @@ class WidthPolicy:
         self.plain_streak += 1
         self.drafted_since_plain = 0
         opening, self.opening_probe = self.opening_probe, False
-        if (opening or self.plain_streak > self.acceptance.probe_after) and self.drafting_could_pay():
+        scheduled = self.plain_streak > self.acceptance.probe_after and self.plain_streak > self.probe_gap()
+        if (opening or scheduled) and self.drafting_could_pay():
             self.plain_streak = 0
             self.probing = "opening" if opening else "scheduled"
             return self.probe_width()
@@ -547,6 +553,16 @@ class WidthPolicy:
         follow the rounds, say otherwise."""
         plain_rate = 1.0 / self.round_seconds(1)
         return any(w / self.round_seconds(w) > plain_rate for w in self.widths[1:])
+
+    def probe_gap(self) -> int:
+        """The fewest plain rounds between scheduled probes for which a failed probe wastes at most PROBE_OVERHEAD of
+        their time: a probe's round costs more than a plain step by ``extra`` plain steps, so at least extra /
+        PROBE_OVERHEAD plain rounds. Where a probe costs at most 1.25 plain steps this is FIRST_PROBE_AFTER or less
+        (the schedule alone decides); on a CPU without bf16 units, where a probe of 8 rows and its drafting cost
+        about 1.9 plain steps, about 30 (gaps from 8 let a drafter that keeps nothing waste up to 11% there)."""
+        plain = self.round_seconds(1)
+        extra = self.round_seconds(self.probe_width()) / plain - 1.0
+        return math.ceil(extra / PROBE_OVERHEAD - 1e-9)
 
     def probe_width(self) -> int:
         """The widest drafting width whose round costs at most PROBE_COST plain steps, or, where even the narrowest

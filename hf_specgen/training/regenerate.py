@@ -210,6 +210,7 @@ def _regenerate_shards(model, tokenizer, records: list[dict], folder: Path, args
     per_record = 1 + args.samples_per_prompt
     worker, workers = getattr(args, "worker", (0, 1))
     mine = [i for i in range(len(groups)) if i % workers == worker]
+
     def shard_path(index: int) -> Path:
         return folder / "data" / f"train-{index:05d}.jsonl.gz"
 

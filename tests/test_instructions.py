@@ -62,8 +62,8 @@ def test_prompt_sources_give_the_asked_counts_domains_and_unique_prompts(trainin
 
 def test_appended_prompts_are_new_numbered_on_and_math_variants_redraw_only_the_numbers(training):
     """`specgen data prompts --append`: every new prompt differs from the file's and from each other, the ids go on
-    from the file's ids of the same source, a source with nothing new gives nothing, and a math variant is a GSM8K
-    training problem with the same words around other numbers (1 kept, digit counts kept)."""
+    from the file's ids of the same source, a second append sees the first, and a math variant is a GSM8K training
+    problem with the same words around other numbers (1 kept, digit counts kept)."""
     from hf_specgen.training.instructions import _WHOLE_NUMBER, more_prompts
 
     counts = {"math-variant": 40, "code": 30, "general": 30, "long": 20}

@@ -388,7 +388,7 @@ def test_a_probe_verifies_more_than_one_draft_where_every_drafting_round_costs_m
             policy.observe(width, [0])
         raise AssertionError("no probe in 200 rounds")
 
-    assert probe({1: 1.0, 2: 1.6, 4: 1.65, 8: 1.7, 16: 2.0}) == 8  # 1.8 against 1.7 + 0.1 drafting
+    assert probe({1: 1.0, 2: 1.6, 4: 1.65, 8: 1.7, 16: 2.0}) == 8  # 8 rows' round 1.8 <= 1.1 x 2 rows' 1.7
     assert probe({1: 1.0, 2: 1.05, 4: 1.1, 8: 1.3, 16: 1.6}) == 4  # within 1.25 plain steps
     assert probe({1: 1.0, 2: 1.6, 4: 2.2, 8: 2.6, 16: 3.0}) == 2  # nothing wider near the narrowest
 

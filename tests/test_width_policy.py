@@ -351,15 +351,21 @@ def test_a_batch_that_shrinks_into_a_new_bucket_times_it_in_one_pass(monkeypatch
     assert timings[0].get("warmups", 1) >= 1  # the call's first timing (bucket 8) as before
 
 
+def _choices_while_every_draft_fails(policy: WidthPolicy, rounds: int) -> list[int]:
+    """The widths ``policy`` chooses over ``rounds`` rounds in which every draft is wrong."""
+    choices = []
+    for _ in range(rounds):
+        width = policy.choose()
+        choices.append(width)
+        policy.observe(width, [0])
+    return choices
+
+
 def test_policy_probes_back_off_and_return():
     """The schedule itself: plain steps when drafts fail, probes after 8, 16, 32, 64, 64 ... plain rounds, and
     drafting as soon as a probe's drafts are accepted."""
     policy = WidthPolicy((1, 2, 4, 8), CostTable({1: 1.0, 2: 1.05, 4: 1.1, 8: 1.3}, draft=0.2), AcceptanceEstimate(8))
-    choices = []
-    for _ in range(300):
-        width = policy.choose()
-        choices.append(width)
-        policy.observe(width, [0])  # every draft wrong
+    choices = _choices_while_every_draft_fails(policy, 300)
     drafted = [i for i, w in enumerate(choices) if w > 1]
     assert drafted[:2] == [0, 1]  # the even prior drafts until the failures outweigh it
     gaps = [b - a - 1 for a, b in zip(drafted[1:], drafted[2:])]  # plain rounds between probes
@@ -400,11 +406,7 @@ def test_scheduled_probes_are_far_enough_apart_that_failed_ones_waste_at_most_a_
     test_policy_probes_back_off_and_return."""
     policy = WidthPolicy((1, 2, 4, 8, 16), CostTable({1: 1.0, 2: 1.6, 4: 1.65, 8: 1.7, 16: 2.0}, draft=0.2),
                          AcceptanceEstimate(16))
-    choices = []
-    for _ in range(400):
-        width = policy.choose()
-        choices.append(width)
-        policy.observe(width, [0])
+    choices = _choices_while_every_draft_fails(policy, 400)
     drafted = [i for i, w in enumerate(choices) if w > 1]
     gaps = [b - a - 1 for a, b in zip(drafted[1:], drafted[2:])]  # plain rounds between probes
     assert policy.probe_gap() == 29 and gaps[:3] == [29, 32, 64] and set(gaps[3:]) == {64}
@@ -415,9 +417,7 @@ def _call_after_failing_drafts():
     """A second call (a new policy over the carried estimate) of a drafter whose drafts all failed in the first."""
     costs = CostTable({1: 1.0, 2: 1.05, 4: 1.1, 8: 1.3}, draft=0.2)
     first = WidthPolicy((1, 2, 4, 8), costs, AcceptanceEstimate(8))
-    for _ in range(400):
-        width = first.choose()
-        first.observe(width, [0])
+    _choices_while_every_draft_fails(first, 400)
     assert first.acceptance.probe_after == LAST_PROBE_AFTER
     return WidthPolicy((1, 2, 4, 8), costs, first.acceptance.carried())
 
@@ -426,11 +426,7 @@ def test_the_next_call_goes_on_from_the_probe_gap_reached():
     """A drafter whose probes keep failing on this target: the next call (a new prompt) opens with one probe, then
     waits the backed-off 64 plain rounds before the next, not 8 again; the failed opening probe does not widen it."""
     second = _call_after_failing_drafts()
-    choices = []
-    for _ in range(150):
-        width = second.choose()
-        choices.append(width)
-        second.observe(width, [0])
+    choices = _choices_while_every_draft_fails(second, 150)
     drafted = [i for i, w in enumerate(choices) if w > 1]
     assert drafted[:3] == [0, 65, 130]
 
@@ -503,11 +499,7 @@ def test_no_probes_where_even_perfect_drafts_could_not_pay():
     costs = CostTable({1: 1.0, 2: 2.0, 4: 4.0, 8: 8.0}, draft=0.2)
     policy = WidthPolicy((1, 2, 4, 8), costs, AcceptanceEstimate(8))
     assert not policy.drafting_could_pay()
-    choices = []
-    for _ in range(200):
-        width = policy.choose()
-        choices.append(width)
-        policy.observe(width, [0])
+    choices = _choices_while_every_draft_fails(policy, 200)
     assert set(choices) == {1}  # the even prior's draft would not pay either at these costs
     costs.verify.update({2: 1.05, 4: 1.1, 8: 1.3})  # the same batch turns memory-bound (say, a longer context)
     assert policy.drafting_could_pay()

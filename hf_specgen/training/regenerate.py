@@ -216,23 +216,25 @@ def _regenerate_shards(model, tokenizer, records: list[dict], folder: Path, args
 
     # A finished shard holds its whole group. The last one can be short (the prompt file ended inside it); once
     # prompts are appended to the file (`specgen data prompts --append`), its group grows and it is extended.
-    answered = {i: read_jsonl(shard_path(i)) for i in mine if shard_path(i).exists()}
+    # Only the job keys are held for the run (its hours); a shard's rows are read again if it is extended.
+    answered = {i: [row["job"] for row in read_jsonl(shard_path(i))] for i in mine if shard_path(i).exists()}
     orders = {i: {_job_key(r, k): n for n, (r, k) in enumerate(_jobs(groups[i], args.samples_per_prompt, set()))}
               for i in mine}
-    for index, kept in answered.items():
-        if [row["job"] for row in kept] != list(orders[index])[:len(kept)]:
+    for index, jobs in answered.items():
+        if jobs != list(orders[index])[:len(jobs)]:
             raise ValueError(f"{shard_path(index)} does not hold the first answers of prompts "
                              f"{index * args.shard_size}-{index * args.shard_size + len(groups[index]) - 1} of "
                              f"{args.data}: the prompt file was changed other than by appending, or --shard-size "
                              "differs from the run that wrote it")
     with tqdm(total=sum(len(groups[i]) for i in mine) * per_record,
-              initial=sum(len(rows) for rows in answered.values()),
+              initial=sum(len(jobs) for jobs in answered.values()),
               desc=f"answering into {folder}/data" + (f" (worker {worker}/{workers})" if workers > 1 else ""),
               unit="resp") as bar:
         for index in mine:
-            group, final, order, kept = groups[index], shard_path(index), orders[index], answered.get(index, [])
-            if len(kept) == len(order):
+            group, final, order = groups[index], shard_path(index), orders[index]
+            if len(answered.get(index, ())) == len(order):
                 continue
+            kept = read_jsonl(final) if index in answered else []
             partial = folder / "partial" / f"train-{index:05d}.jsonl"
             done = {row["job"] for row in kept + _read_finished(partial) if "job" in row}
             bar.update(len(done) - len(kept))

@@ -1,7 +1,8 @@
 """Stock `generate`, the engine's plain steps and the default DFlash / EAGLE-3 calls on one batch of the batch
 benchmark's prompts (HumanEval, GSM8K, MT-Bench, QA; `specgen bench --batch-sizes`'s set), in turns, medians of 3,
 with each default call's round widths, batch sizes and per-row acceptance (docs/width-policy.md, "The prefill
-attended the first block's slots"). bf16, one thread; --prof adds cProfile of the plain and DFlash calls;
+attended the first block's slots"). The CPU's default dtype (``hf_specgen.auto_dtype()``: bf16 with bf16 units,
+fp32 on an AVX2-only CPU), one thread; --prof adds cProfile of the plain and DFlash calls;
 --bench-order takes the prompts in `specgen bench`'s order (Spec-Bench's sets, then HumanEval: its batch of 8 is
 GSM8K and MT-Bench prompts); --engine-first runs the engine's plain steps before stock in each turn (what runs
 before a call moves its time by a few percent on a 2-core CPU: docs/width-policy.md, "Per-row estimates, tried
@@ -32,9 +33,10 @@ def main() -> None:
     torch.set_num_threads(1)
     path = resolve_target("smollm2-135m-instruct")
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
-    target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).eval())
-    dflash = hf_specgen.load_drafter("hub_models/smollm2-135m-instruct-dflash-b16", dtype=torch.bfloat16)
-    eagle3 = hf_specgen.load_drafter("hub_models/smollm2-135m-instruct-eagle3", dtype=torch.bfloat16)
+    dtype = hf_specgen.auto_dtype()
+    target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval())
+    dflash = hf_specgen.load_drafter("hub_models/smollm2-135m-instruct-dflash-b16", dtype=dtype)
+    eagle3 = hf_specgen.load_drafter("hub_models/smollm2-135m-instruct-eagle3", dtype=dtype)
     prompt_sets = ["specbench", "humaneval"] if "--bench-order" in sys.argv else ["humaneval", "specbench"]
     records = [r for r in pick_prompts(prompt_sets, 4) if r.get("category") in CATEGORIES]
     chats = [tokenizer.apply_chat_template([{"role": "user", "content": r["prompt"]}], tokenize=False,
@@ -52,7 +54,7 @@ def main() -> None:
         calls = {"engine, plain steps": calls.pop("engine, plain steps"), **calls}
     seconds, outputs = time_in_turns(calls, repeats=3)
     print(f"batch {batch} (prompts {first}-{first + batch - 1}, {inputs['input_ids'].shape[1]} tokens padded), "
-          f"{new_tokens} new tokens, bf16, one thread, medians of 3")
+          f"{new_tokens} new tokens, {str(dtype).removeprefix('torch.')}, one thread, medians of 3")
     stock = statistics.median(seconds["stock"])
     for name, times in seconds.items():
         print(f"{name}: {statistics.median(times):.3f} s, {stock / statistics.median(times):.3f}x stock, "

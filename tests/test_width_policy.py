@@ -431,6 +431,35 @@ def test_the_next_call_goes_on_from_the_probe_gap_reached():
     assert drafted[:3] == [0, 65, 130]
 
 
+def _calls_that_open_with_a_probe(costs: CostTable, calls: int, drafts_right_in: tuple[int, ...] = ()) -> list[int]:
+    """Of ``calls`` calls of 40 rounds of one drafter (a new policy per call over the estimate carried from the last),
+    the ones whose first round drafts; every draft is wrong except in the calls ``drafts_right_in``."""
+    estimate, opened = AcceptanceEstimate(16), []
+    for call in range(calls):
+        policy = WidthPolicy((1, 2, 4, 8, 16), costs, estimate)
+        for round_index in range(40):
+            width = policy.choose()
+            if round_index == 0 and width > 1:
+                opened.append(call)
+            policy.observe(width, [width - 1 if call in drafts_right_in else 0])
+        estimate = policy.acceptance.carried()
+    return opened
+
+
+def test_opening_probes_back_off_across_calls_where_probes_are_dear():
+    """Where a probe costs 1.9 plain steps (8 rows and drafting, fp32 on an AVX2-only CPU), a drafter whose opening
+    probes keep failing opens with one in calls 0, 2, 6, 14, 22, ... (every 2, 4, then 8 calls), and a probe that
+    pays brings them back to every call; where a probe costs at most 1.25 plain steps, every call opens with one.
+    Without the back-off every call would open with a probe."""
+    dear = CostTable({1: 1.0, 2: 1.6, 4: 1.65, 8: 1.7, 16: 2.0}, draft=0.2)
+    assert _calls_that_open_with_a_probe(dear, 24) == [0, 2, 6, 14, 22]
+    # call 6 opens and its drafts are right: calls 7 and 8 draft from their first round on that evidence (no probe),
+    # then call 9, its drafts having failed, opens with a probe again (every call), and the back-off starts over
+    assert _calls_that_open_with_a_probe(dear, 24, drafts_right_in=(6,)) == [0, 2, 6, 7, 8, 9, 11, 15, 23]
+    cheap = CostTable({1: 1.0, 2: 1.05, 4: 1.1, 8: 1.2, 16: 1.25}, draft=0.02)
+    assert _calls_that_open_with_a_probe(cheap, 12) == list(range(12))
+
+
 def test_a_predictable_prompt_after_failing_ones_drafts_from_its_first_round():
     """The carried evidence says plain steps, but the new prompt's drafts are right: the opening probe keeps them and
     drafting widens at once (a CI run's tiny-world bench: the default call decoded the math prompt, which came after

@@ -27,7 +27,11 @@ failing (the next call of the same target and drafter goes on from the gap reach
 call of one prompt: a new call is a new prompt, and a predictable one must not wait 64 plain rounds), at the widest
 width that costs at most a quarter more than a plain step (so a failed probe wastes little; where every drafting
 round costs more, at most a tenth more than the narrowest one, so a probe's evidence is more than one token), and
-only where some width would pay if every draft were accepted (never, say, in a compute-bound batch). A probe that
+only where some width would pay if every draft were accepted (never, say, in a compute-bound batch). Where a probe
+costs more than a quarter more than a plain step (fp32 on a CPU without bf16 units: about 1.9 plain steps, and the
+opening one also runs the drafter over the prompt), opening probes back off across calls as scheduled ones do within
+a call: while they keep failing, a call opens with one only every 2, 4, up to 8 calls (the others wait for the
+schedule), and any probe that pays brings them back to every call. A probe that
 keeps at least half its drafts means the text changed (code, copying, lists): the old evidence is dropped and
 drafting resumes at once, widening at most twice per round past the widest round the new evidence holds (a probe of
 2 rows says nothing about slot 10); the estimate then follows the new rounds. Where a probe costs much more than a
@@ -74,6 +78,9 @@ CARRIED_WEIGHT = 16.0  # at most this many rounds' worth of evidence carried int
 PRIOR_ACCEPT, PRIOR_WEIGHT = 0.5, 1.0
 POOLED_WEIGHT = 4.0  # rounds' worth of a pooled estimate's rates as a contextual estimate's prior (WhiFlash)
 FIRST_PROBE_AFTER, LAST_PROBE_AFTER = 8, 64
+# Where probes cost more than PROBE_COST plain steps, a call opens with a probe only every opening_every calls: 1, then
+# doubled after each failed opening probe up to LAST_OPENING_EVERY, back to 1 once a probe pays (WidthPolicy.choose).
+LAST_OPENING_EVERY = 8
 # A probe verifies the widest width whose round costs at most PROBE_COST plain steps, or at most PROBE_WIDENING times
 # the narrowest drafting round where that round alone costs more (WidthPolicy.probe_width).
 PROBE_COST, PROBE_WIDENING = 1.25, 1.1
@@ -225,6 +232,8 @@ class AcceptanceEstimate:
         # plain rounds before the next probe; carried into the next call, so a drafter whose probes keep failing
         # on this target is not re-probed from scratch every call
         self.probe_after = FIRST_PROBE_AFTER
+        # calls between opening probes where probes are dear, and the calls since the last one (carried likewise)
+        self.opening_every, self.calls_since_opening = 1, 0
         # the widest round the evidence holds: slots past it were never verified, and their rate is only the prior
         # chained from the slots before them, so the policy widens at most twice past it per round
         self.widest = 0
@@ -290,6 +299,7 @@ class AcceptanceEstimate:
         copy.reached = [r * scale for r in self.reached]
         copy.accepted = [a * scale for a in self.accepted]
         copy.probe_after, copy.widest = self.probe_after, self.widest
+        copy.opening_every, copy.calls_since_opening = self.opening_every, self.calls_since_opening
         return copy
 
 
@@ -312,6 +322,7 @@ class TreeAcceptanceEstimate:
         self.depth = depth
         self.forget()
         self.probe_after = FIRST_PROBE_AFTER
+        self.opening_every, self.calls_since_opening = 1, 0  # see AcceptanceEstimate
 
     @property
     def shape(self) -> tuple:
@@ -355,6 +366,7 @@ class TreeAcceptanceEstimate:
         copy.gains = {n: g * scale for n, g in self.gains.items()}
         copy.reached = {n: r * scale for n, r in self.reached.items()}
         copy.probe_after, copy.widest = self.probe_after, self.widest
+        copy.opening_every, copy.calls_since_opening = self.opening_every, self.calls_since_opening
         return copy
 
 
@@ -505,22 +517,41 @@ class WidthPolicy:
         if best > 1:
             self.drafted_since_plain += 1
             self.plain_streak = 0
-            if self.probing:  # the probe paid: come back quickly next time plain steps win
+            if self.probing:  # the probe paid: come back quickly next time plain steps win, and open every call
                 self.acceptance.probe_after = FIRST_PROBE_AFTER
+                self.acceptance.opening_every = 1
             self.probing, self.opening_probe = None, False
             return self.exploring(best)
         if self.probing == "scheduled":  # the probe did not pay: wait twice as long before the next
             self.acceptance.probe_after = min(2 * self.acceptance.probe_after, LAST_PROBE_AFTER)
+        elif self.probing == "opening":  # likewise, counted in calls (read only where probes are dear)
+            self.acceptance.opening_every = min(2 * self.acceptance.opening_every, LAST_OPENING_EVERY)
         self.probing = None
         self.plain_streak += 1
         self.drafted_since_plain = 0
         opening, self.opening_probe = self.opening_probe, False
+        opening = opening and self.opening_due()
         scheduled = self.plain_streak > self.acceptance.probe_after and self.plain_streak > self.probe_gap()
         if (opening or scheduled) and self.drafting_could_pay():
             self.plain_streak = 0
             self.probing = "opening" if opening else "scheduled"
             return self.probe_width()
         return 1
+
+    def opening_due(self) -> bool:
+        """Whether this call's opening probe runs (asked once per call, at its first round that would be plain). Where
+        a probe costs at most PROBE_COST plain steps (probe_gap within the schedule's first gap), always; where it
+        costs more, every ``opening_every``-th call: on an AVX2-only CPU in fp32 an opening probe of 8 rows, which
+        also runs the drafter over the prompt, cost DFlash's drafter alone about 9% of a 36-token translation, and
+        on chat prompts such a drafter's opening probes nearly always fail."""
+        if self.probe_gap() <= FIRST_PROBE_AFTER:
+            return True
+        estimate = self.acceptance
+        estimate.calls_since_opening += 1
+        if estimate.calls_since_opening < estimate.opening_every:
+            return False
+        estimate.calls_since_opening = 0
+        return True
 
     def exploring(self, best: int) -> int:
         """``best``, or every EXPLORE_EVERY-th drafting round a wider tree: a tree's verify tells exactly what every

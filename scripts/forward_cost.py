@@ -49,7 +49,8 @@ def prepack_linears(model) -> None:
 def forward_seconds(model, n_tokens: int, context: int) -> float:
     """One forward of ``n_tokens`` new tokens after a cached ``context``-token prompt."""
     ids = torch.randint(100, 1000, (1, context + n_tokens))
-    cache = model(ids[:, :context], use_cache=True).past_key_values
+    out = model(ids[:, :context], use_cache=True)
+    cache = out["cache"] if "cache" in out else out.past_key_values  # transformers renamed the output's cache
     start = time.perf_counter()
     model(ids[:, context:], **{cache_keyword(model): cache}, use_cache=True)
     return time.perf_counter() - start

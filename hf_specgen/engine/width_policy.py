@@ -298,9 +298,15 @@ class AcceptanceEstimate:
         scale = min(1.0, CARRIED_WEIGHT / max(self.reached[1], 1e-9))
         copy.reached = [r * scale for r in self.reached]
         copy.accepted = [a * scale for a in self.accepted]
-        copy.probe_after, copy.widest = self.probe_after, self.widest
-        copy.opening_every, copy.calls_since_opening = self.opening_every, self.calls_since_opening
+        _carry_probe_schedule(self, copy)
         return copy
+
+
+def _carry_probe_schedule(estimate, copy) -> None:
+    """What an estimate's carried copy keeps as it was (either kind of estimate): the probe schedule reached (plain
+    rounds before the next probe, calls between opening probes) and the widest round the evidence holds."""
+    copy.probe_after, copy.widest = estimate.probe_after, estimate.widest
+    copy.opening_every, copy.calls_since_opening = estimate.opening_every, estimate.calls_since_opening
 
 
 class TreeAcceptanceEstimate:
@@ -365,8 +371,7 @@ class TreeAcceptanceEstimate:
         scale = min(1.0, CARRIED_WEIGHT / max(self.reached[self.budgets[0]], 1e-9))
         copy.gains = {n: g * scale for n, g in self.gains.items()}
         copy.reached = {n: r * scale for n, r in self.reached.items()}
-        copy.probe_after, copy.widest = self.probe_after, self.widest
-        copy.opening_every, copy.calls_since_opening = self.opening_every, self.calls_since_opening
+        _carry_probe_schedule(self, copy)
         return copy
 
 

@@ -57,6 +57,8 @@ def test_prompt_sources_give_the_asked_counts_domains_and_unique_prompts(trainin
     assert [r["id"] for r in build_prompts(**BUILD_COUNTS, seed=0)] == [r["id"] for r in records]  # deterministic
     code = code_prompts(50)
     assert all("`" in r["prompt"] or "function named" in r["prompt"] for r in code)
+    # a default shown by its address (`<function copy2 at 0x7f...>`) would make each run's prompts differ
+    assert not [r["id"] for r in code_prompts(6000) if " at 0x" in r["prompt"]]
     assert len({r["prompt"] for r in general_prompts(200)}) == 200
 
 

@@ -547,6 +547,38 @@ def test_regenerate_resumes_after_a_kill_and_matches_an_uninterrupted_run(mini_w
     assert len(cut.read_text().splitlines()) == 3
 
 
+def test_regenerate_decoders_give_the_same_answers_in_batches_whose_rows_end_apart(tmp_path, monkeypatch):
+    """--decoder engine (the default: finished rows leave the batch mid-call) writes stock batched generate's
+    answers. The tiny world's target ends its answers at different steps, and some run past the token limit."""
+    from hf_specgen.cli import main
+    from hf_specgen.engine.loop import SpeculativeDecoder
+
+    drops = []
+    drop = SpeculativeDecoder._drop_finished_rows
+    monkeypatch.setattr(SpeculativeDecoder, "_drop_finished_rows",
+                        lambda self, session, finished, active: drops.append(len(active)) or drop(self, session,
+                                                                                                finished, active))
+
+    prompts = ["Write a Python function that checks whether a number is prime.", "Hi", "What is 17 times 23?",
+               "Explain why the sky is blue.", "Write a Python class for a stack.", "def fib(n):",
+               "Summarize: the cat sat on the mat all day.", "List three colors.", "Solve: 3 + 4",
+               "Translate to French: good morning"]
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"prompt": p, "domain": "general"}) + "\n" for p in prompts))
+    answers = {}
+    for decoder in ("stock", "engine"):
+        out = tmp_path / f"{decoder}.jsonl"
+        main(["data", "regenerate", "--target", str(Path(__file__).resolve().parents[1] / "hub_models" / "specgen-tiny"),
+              "--data", str(data), "--out", str(out), "--max-new-tokens", "20", "--batch-size", "5",
+              "--samples-per-prompt", "0", "--decoder", decoder])
+        answers[decoder] = sorted((row["job"], row["response_ids"], row["finished"])
+                                  for row in map(json.loads, out.read_text().splitlines()))
+    assert len(answers["engine"]) == len(prompts) and answers["engine"] == answers["stock"]
+    ended = [len(ids) for _, ids, finished in answers["engine"] if finished]
+    assert len(set(ended)) > 1 and len(ended) < len(prompts)  # rows ended apart, and some ran to the limit
+    assert drops  # the engine decoded and dropped finished rows mid-call
+
+
 def test_sharded_regenerate_writes_a_dataset_folder_that_resumes_and_trainers_read(mini_world, tmp_path):
     """--shard-size: finished shards are compressed and never rewritten; a killed run leaves a partial shard that
     the next run completes; the folder reads back as the plain file's records, in the prompt file's order."""
@@ -623,9 +655,12 @@ def test_the_committed_distillation_prompts_share_nothing_with_a_benchmark():
 
     folder = Path(__file__).resolve().parents[1] / "datasets" / "smollm2-135m-instruct-distill"
     prompts = read_jsonl(folder / "prompts.jsonl.gz")
-    # The first 23,854 (the card's first build), then 4,306 appended with --seed 1 (1,500 of them math variants).
-    assert Counter(r["domain"] for r in prompts) == {"math": 8973, "code": 7481, "general": 5800, "long": 5906}
-    assert sum(r["id"].startswith("gsm8k-variant-") for r in prompts[23854:]) == 1500
+    # The first 23,854 (the card's first build), then 4,306 appended with --seed 1 and 3,840 with --seed 2 (1,500
+    # math variants each time).
+    assert Counter(r["domain"] for r in prompts) == {"math": 10473, "code": 8000, "general": 6621, "long": 6906}
+    assert sum(r["id"].startswith("gsm8k-variant-") for r in prompts[23854:28160]) == 1500
+    assert sum(r["id"].startswith("gsm8k-variant-") for r in prompts[28160:]) == 1500
+    assert len(prompts) % 256 == 0  # whole shards
     assert not [r["id"] for r in prompts if shares_text_with_a_benchmark(r["prompt"])]
     shards = sorted((folder / "data").glob("train-*.jsonl.gz"))
     assert shards

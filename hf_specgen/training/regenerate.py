@@ -3,7 +3,7 @@
 Drafters learn to predict *the target's* continuation, not the dataset's (DFlash, EAGLE and classic draft LMs all
 train on target-regenerated responses). Each prompt is answered greedily and, with ``--samples-per-prompt``, also by
 temperature sampling, so the drafter sees the target's sampled behaviour too. Prompts are batched by length with left
-padding through stock ``generate``. Each record keeps the exact prompt and answer token ids, so training sees the
+padding, through hf_specgen's own plain decoding (``--decoder stock``: transformers' ``generate``). Each record keeps the exact prompt and answer token ids, so training sees the
 tokens the target saw and wrote (any chat template). Answers are appended batch by batch and a rerun resumes.
 """
 
@@ -110,15 +110,22 @@ def _load_target(args):
     if tokenizer.chat_template is None:
         raise ValueError(f"{args.target} has no chat template; regenerate needs one to format prompts")
     model = AutoModelForCausalLM.from_pretrained(args.target, dtype=getattr(torch, args.dtype)).to(args.device).eval()
+    if args.decoder == "engine":
+        from ..mixin import enable
+
+        enable(model)
     return model, tokenizer
 
 
 @torch.no_grad()
 def _answer(model, tokenizer, jobs: list[tuple[dict, int]], out_path: Path, args, bar) -> None:
     """Append the answer of every job to ``out_path``, batch by batch (a killed run loses the batch in flight).
-    Prompts are batched by length with left padding through stock ``generate``: measured on SmolLM2-135M (batch 64,
-    one thread, fp32), stock batched ``generate`` decoded 102 tok/s against 94 for the engine's static-cache
-    autoregressive mode and 38 for transformers' continuous batching on a CPU (the data set card, datasets/)."""
+    Prompts are batched by length with left padding. ``--decoder engine`` decodes them with the engine's plain
+    steps (static cache; each finished row leaves the batch, where stock ``generate`` computes it to the last step):
+    on SmolLM2-135M (batch 64, 256 new tokens, one thread, fp32, a 2-core AVX2 CPU) it took 0.62-0.73 of stock
+    batched ``generate``'s time for the same answers (scripts/regen_decoder_ab.py; the data set card, datasets/).
+    Before finished rows left the batch, stock had been the faster (102 tok/s against 94; transformers' continuous
+    batching 38)."""
     prompts = [tokenizer.apply_chat_template([{"role": "user", "content": r["prompt"]}], tokenize=False,
                                              add_generation_prompt=True) for r, _ in jobs]
     prompt_ids = tokenizer(prompts, add_special_tokens=False)["input_ids"] if prompts else []
@@ -135,6 +142,8 @@ def _answer(model, tokenizer, jobs: list[tuple[dict, int]], out_path: Path, args
                             add_special_tokens=False).to(model.device)
             kwargs = dict(do_sample=True, temperature=args.temperature, top_p=args.top_p) if sampled else dict(
                 do_sample=False)
+            if args.decoder == "engine":
+                kwargs["speculative_mode"] = "autoregressive"
             generated = model.generate(**enc, max_new_tokens=args.max_new_tokens, pad_token_id=tokenizer.pad_token_id,
                                        **kwargs)[:, enc["input_ids"].shape[1]:]
             for row, i in enumerate(batch):
@@ -268,6 +277,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--decoder", default="engine", choices=["engine", "stock"],
+                        help="engine: hf_specgen's plain decoding (static cache; a batch's finished rows leave it, so "
+                             "later steps compute only the rows still answering); stock: transformers' generate. "
+                             "Both give the target's greedy tokens (default: engine, the faster one measured)")
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-resume", action="store_true", help="start over instead of adding to an existing --out")

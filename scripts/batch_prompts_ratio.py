@@ -4,9 +4,9 @@ with each default call's round widths, batch sizes and per-row acceptance (docs/
 attended the first block's slots"). The CPU's default dtype (``hf_specgen.auto_dtype()``: bf16 with bf16 units,
 fp32 on an AVX2-only CPU), one thread; --prof adds cProfile of the plain and DFlash calls;
 --bench-order takes the prompts in `specgen bench`'s order (Spec-Bench's sets, then HumanEval: its batch of 8 is
-GSM8K and MT-Bench prompts); --engine-first runs the engine's plain steps before stock in each turn (what runs
-before a call moves its time by a few percent on a 2-core CPU: docs/width-policy.md, "Per-row estimates, tried
-again").
+GSM8K and MT-Bench prompts); --engine-first starts the first turn at the engine's plain steps instead of stock (the
+order then turns by one each pass; what runs before a call moves its time by a few percent on a 2-core CPU:
+docs/width-policy.md, "Per-row estimates, tried again").
 
     python scripts/batch_prompts_ratio.py BATCH NEW_TOKENS FIRST_PROMPT [--prof] [--bench-order] [--engine-first]
 """

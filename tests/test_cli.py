@@ -155,7 +155,8 @@ def test_time_in_turns_warms_each_call_once_then_alternates_them():
         return run
 
     seconds, outputs = time_in_turns({"stock": call("stock"), "dflash": call("dflash")}, repeats=3)
-    assert order == ["stock", "dflash"] * 4  # the warm-up pass, then 3 passes taking turns
+    # the warm-up pass, then 3 passes taking turns, the order turning each pass
+    assert order == ["stock", "dflash"] * 2 + ["dflash", "stock"] + ["stock", "dflash"]
     assert {name: len(times) for name, times in seconds.items()} == {"stock": 3, "dflash": 3}
     assert all(t >= 0 for times in seconds.values() for t in times)
     assert outputs == {"stock": 7, "dflash": 8}  # what the last pass returned
@@ -209,8 +210,9 @@ def test_batch_curve_decodes_the_same_prompts_at_every_size(tmp_path, capsys):
 
 
 def test_batch_curve_methods_take_turns_within_each_repeat():
-    """At each batch size every method is warmed up, then the methods alternate repeat by repeat (a, b, a, b), so a
-    change of load on a shared machine reaches stock generate and the speculative calls alike."""
+    """At each batch size every method is warmed up, then each batch is decoded by every method back to back, in an
+    order that turns each repeat, so a change of load on a shared machine reaches stock generate and the
+    speculative calls alike."""
     from types import SimpleNamespace
 
     import torch
@@ -230,15 +232,15 @@ def test_batch_curve_methods_take_turns_within_each_repeat():
     prompts = [torch.tensor([[5, 6, 7]])] * 4
     curve = run_batch_curve(RecordingTarget(), None, prompts, [("a", {"tag": "a"}), ("b", {"tag": "b"})], [1, 4],
                             repeats=2)
-    assert [tag for tag, rows in calls if rows == 4] == ["a", "b", "a", "b", "a", "b"]
-    assert [tag for tag, rows in calls if rows == 1] == ["a", "b"] + ["a"] * 4 + ["b"] * 4 + ["a"] * 4 + ["b"] * 4
+    assert [tag for tag, rows in calls if rows == 4] == ["a", "b", "a", "b", "b", "a"]
+    assert [tag for tag, rows in calls if rows == 1] == ["a", "b"] + ["a", "b"] * 4 + ["b", "a"] * 4
     assert curve["a"][4]["tokens"] == curve["b"][1]["tokens"] == 12
 
 
 def test_bench_methods_take_turns_within_every_pass():
     """A change of load on a shared machine must reach every method alike: after one warm-up each, every pass decodes
-    each prompt with every method in turn; a method's time per prompt is the median over its passes, its tokens are
-    the last pass's."""
+    each prompt with every method back to back, in an order that turns each pass; a method's time per prompt is the
+    median over its passes, its tokens are the last pass's."""
     from types import SimpleNamespace
 
     import torch
@@ -261,6 +263,8 @@ def test_bench_methods_take_turns_within_every_pass():
     prompts = [torch.tensor([[1, 2]]), torch.tensor([[3, 4]])]
     methods = [("a", {"tag": "a"}, None), ("b", {"tag": "b"}, None)]
     a, b = run_methods_in_turns(Target(), prompts, methods, repeats=3)
-    assert calls == [("a", 1), ("b", 1)] + 3 * [("a", 1), ("a", 3), ("b", 1), ("b", 3)]
+    # warm-up, then per pass each prompt by every method back to back, the methods' order turning each pass
+    in_order, turned = [("a", 1), ("b", 1), ("a", 3), ("b", 3)], [("b", 1), ("a", 1), ("b", 3), ("a", 3)]
+    assert calls == [("a", 1), ("b", 1)] + in_order + turned + in_order
     assert a.name == "a" and a.sequences == b.sequences == [[5, 6, 7], [5, 6, 7]] and a.decode_tokens == [2, 2]
     assert a.decode_seconds[0] < 0.02  # the slow pass is outvoted by the median

@@ -49,8 +49,9 @@ def run_batch_curve(target, tokenizer, prompts: list[torch.Tensor], methods: lis
                     batch_sizes: list[int], repeats: int, progress=None) -> dict:
     """{method: {batch size: {"tokens_per_second", "tokens", "seconds", "tau"}}} over the same prompts.
 
-    At each batch size the methods take turns within every repeat (stock, then each method, then stock again ...),
-    so a change of load on a shared machine reaches them all alike and each ratio to stock is measured side by side.
+    At each batch size the methods take turns within every repeat: each batch is decoded by every method back to
+    back, in an order that turns by one each repeat, so a change of load on a shared machine reaches them all alike
+    and each ratio to stock is measured side by side.
     """
     largest = max(batch_sizes)
     if len(prompts) < largest:
@@ -60,27 +61,30 @@ def run_batch_curve(target, tokenizer, prompts: list[torch.Tensor], methods: lis
     pad = tokenizer.pad_token_id if tokenizer is not None and tokenizer.pad_token_id is not None else 0
     stop_ids = _stop_ids(target)
 
-    def decode_all(batches, kwargs) -> tuple[float, int, int, int]:
-        """(seconds, generated tokens, rounds, tokens committed by rounds) of one pass over the batches."""
-        start, tokens, rounds, committed = time.perf_counter(), 0, 0, 0
-        for ids, mask in batches:
-            out = target.generate(ids, attention_mask=mask, pad_token_id=pad, return_dict_in_generate=True, **kwargs)
-            tokens += generated_tokens(out.sequences, ids.shape[1], stop_ids)[0]
-            stats = getattr(out, "speculative_stats", None)
-            if stats is not None:  # tau pooled over every row's rounds
-                rounds += sum(len(row) for row in stats.row_acceptance_lengths)
-                committed += sum(map(sum, stats.row_acceptance_lengths))
-        return time.perf_counter() - start, tokens, rounds, committed
+    def decode(ids, mask, kwargs) -> tuple[float, int, int, int]:
+        """(seconds, generated tokens, rounds, tokens committed by rounds) of one batch."""
+        start = time.perf_counter()
+        out = target.generate(ids, attention_mask=mask, pad_token_id=pad, return_dict_in_generate=True, **kwargs)
+        seconds = time.perf_counter() - start
+        stats = getattr(out, "speculative_stats", None)
+        rows = stats.row_acceptance_lengths if stats is not None else []  # tau pooled over every row's rounds
+        return (seconds, generated_tokens(out.sequences, ids.shape[1], stop_ids)[0], sum(map(len, rows)),
+                sum(map(sum, rows)))
 
     curve: dict[str, dict[int, dict]] = {name: {} for name, _ in methods}
     for size in batch_sizes:
         batches = [left_padded(prompts[i: i + size], pad) for i in range(0, largest, size)]
         for _, kwargs in methods:  # warm-up (the width policy measures its costs in its first call)
             target.generate(batches[0][0], attention_mask=batches[0][1], pad_token_id=pad, **kwargs)
-        passes = {name: [] for name, _ in methods}
-        for _ in range(repeats):
-            for name, kwargs in methods:
-                passes[name].append(decode_all(batches, kwargs))
+        passes = {name: [] for name, _ in methods}  # per repeat: (seconds, tokens, rounds, committed) summed
+        for repeat in range(repeats):
+            turn = methods[repeat % len(methods):] + methods[:repeat % len(methods)]
+            totals = {name: (0.0, 0, 0, 0) for name, _ in methods}
+            for ids, mask in batches:
+                for name, kwargs in turn:
+                    totals[name] = tuple(a + b for a, b in zip(totals[name], decode(ids, mask, kwargs)))
+            for name, total in totals.items():
+                passes[name].append(total)
         for name, _ in methods:
             seconds = statistics.median(p[0] for p in passes[name])
             _, tokens, rounds, committed = passes[name][-1]

@@ -97,13 +97,16 @@ class MethodResult:
 def time_in_turns(calls: dict, repeats: int) -> tuple[dict[str, list[float]], dict]:
     """Wall-clock seconds of whole calls (``calls``: name -> a function of no arguments), for the scripts that time
     ``generate`` calls side by side: each call once to warm up (the width policy measures its costs in its first
-    call), then ``repeats`` passes in which the calls take turns, so a change of load reaches them all alike.
-    Returns ({name: seconds per pass}, {name: what its call returned in the last pass})."""
+    call), then ``repeats`` passes in which the calls take turns, so a change of load reaches them all alike, their
+    order turning by one each pass (none always first). Returns ({name: seconds per pass}, {name: what its call
+    returned in the last pass})."""
     for call in calls.values():
         call()
     seconds, outputs = {name: [] for name in calls}, {}
-    for _ in range(repeats):
-        for name, call in calls.items():
+    names = list(calls)
+    for repeat in range(repeats):
+        for name in names[repeat % len(names):] + names[:repeat % len(names)]:
+            call = calls[name]
             start = time.perf_counter()
             outputs[name] = call()
             seconds[name].append(time.perf_counter() - start)
@@ -119,9 +122,12 @@ def run_method(target, prompts, gen_kwargs: dict, repeats: int, name: str, progr
 
 def run_methods_in_turns(target, prompts, methods: list[tuple], repeats: int, progress=None) -> list[MethodResult]:
     """``run_method`` for several methods ((name, generate kwargs, before_prompt or None) each), taking turns: every
-    pass decodes each prompt with every method in order, so a change of load on a shared machine (another job, a
-    slow minute) reaches all methods alike instead of one method's passes. Per prompt, a method's time is the median
-    over its passes; its tokens and statistics come from the last pass. ``progress`` advances once per decode."""
+    pass decodes each prompt with every method back to back, so a change of load on a shared machine (another job,
+    a slow minute) reaches all methods alike instead of one method's prompts or passes; the methods' order turns by
+    one each pass, so none always runs first or last (what ran just before moves a call's time by a few percent on
+    a 2-core CPU). Each method still meets the prompts in their order (its carried estimates see the same calls).
+    Per prompt, a method's time is the median over its passes; its tokens and statistics come from the last pass.
+    ``progress`` advances once per decode."""
     results = [MethodResult(name) for name, _, _ in methods]
     times = [[[] for _ in prompts] for _ in methods]  # [method][prompt] -> decode seconds per pass
     splits = [{"draft": 0.0, "verify": 0.0, "other": 0.0} for _ in methods]
@@ -130,10 +136,12 @@ def run_methods_in_turns(target, prompts, methods: list[tuple], repeats: int, pr
             before_prompt(0)
         target.generate(prompts[0], **gen_kwargs)  # warm-up (allocations, lazy inits, compile)
     for repeat in range(repeats):
-        for m, (name, gen_kwargs, before_prompt) in enumerate(methods):
-            if progress is not None and hasattr(progress, "set_postfix_str"):
-                progress.set_postfix_str(f"pass {repeat + 1}/{repeats}, {name}")
-            for index, prompt in enumerate(prompts):
+        turn = [(repeat + k) % len(methods) for k in range(len(methods))]
+        for index, prompt in enumerate(prompts):
+            for m in turn:
+                name, gen_kwargs, before_prompt = methods[m]
+                if progress is not None and hasattr(progress, "set_postfix_str"):
+                    progress.set_postfix_str(f"pass {repeat + 1}/{repeats}, prompt {index + 1}/{len(prompts)}, {name}")
                 if before_prompt is not None:
                     before_prompt(index)
                 clock = DecodeClock()

@@ -214,7 +214,8 @@ data)
   for k in $(seq 0 $((WORKERS - 1))); do
     timeout "$(left ${DATA_SECONDS:-330})" $SPECGEN data regenerate --target smollm2-135m-instruct \
       --data $DATA/prompts.jsonl.gz --out /root/distill --shard-size 256 --samples-per-prompt 0 --batch-size 128 \
-      --max-new-tokens 256 --dtype float32 --device cuda --threads 1 --worker "$k/$WORKERS" --decoder ${DECODER:-stock} \
+      --max-new-tokens 256 --dtype float32 --device cuda --threads 1 --worker "$k/$WORKERS" \
+      --decoder "${DECODER:-stock}" \
       > "/root/regen-$k.log" 2>&1 &
   done
   wait

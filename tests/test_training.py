@@ -565,12 +565,12 @@ def test_regenerate_decoders_give_the_same_answers_in_batches_whose_rows_end_apa
                "Translate to French: good morning"]
     data = tmp_path / "prompts.jsonl"
     data.write_text("".join(json.dumps({"prompt": p, "domain": "general"}) + "\n" for p in prompts))
+    tiny = Path(__file__).resolve().parents[1] / "hub_models" / "specgen-tiny"
     answers = {}
     for decoder in ("stock", "engine"):
         out = tmp_path / f"{decoder}.jsonl"
-        main(["data", "regenerate", "--target", str(Path(__file__).resolve().parents[1] / "hub_models" / "specgen-tiny"),
-              "--data", str(data), "--out", str(out), "--max-new-tokens", "20", "--batch-size", "5",
-              "--samples-per-prompt", "0", "--decoder", decoder])
+        main(["data", "regenerate", "--target", str(tiny), "--data", str(data), "--out", str(out),
+              "--max-new-tokens", "20", "--batch-size", "5", "--samples-per-prompt", "0", "--decoder", decoder])
         answers[decoder] = sorted((row["job"], row["response_ids"], row["finished"])
                                   for row in map(json.loads, out.read_text().splitlines()))
     assert len(answers["engine"]) == len(prompts) and answers["engine"] == answers["stock"]

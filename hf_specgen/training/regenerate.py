@@ -3,8 +3,9 @@
 Drafters learn to predict *the target's* continuation, not the dataset's (DFlash, EAGLE and classic draft LMs all
 train on target-regenerated responses). Each prompt is answered greedily and, with ``--samples-per-prompt``, also by
 temperature sampling, so the drafter sees the target's sampled behaviour too. Prompts are batched by length with left
-padding, through hf_specgen's own plain decoding (``--decoder stock``: transformers' ``generate``). Each record keeps the exact prompt and answer token ids, so training sees the
-tokens the target saw and wrote (any chat template). Answers are appended batch by batch and a rerun resumes.
+padding and decoded by hf_specgen's own plain steps (``--decoder stock``: transformers' ``generate``, the same
+answers). Each record keeps the exact prompt and answer token ids, so training sees the tokens the target saw and
+wrote (any chat template). Answers are appended batch by batch and a rerun resumes.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import json
 import sys
@@ -196,10 +197,11 @@ def _add_training_commands(sub, argv: list[str]) -> None:
 
     regen = data_sub.add_parser("regenerate", help="replace responses with the target's own (drafter training data)")
     if _selected(argv, "data", "regenerate"):
+        from .mixin import enable
         from .training import regenerate
 
         regenerate.add_arguments(regen)
-        regen.set_defaults(handler=regenerate.regenerate)
+        regen.set_defaults(handler=functools.partial(regenerate.regenerate, enable_engine=enable))
 
     train = sub.add_parser("train", help="train a target LM, a draft LM or a DFlash drafter")
     train_sub = train.add_subparsers(dest="train_command", required=True)

@@ -577,6 +577,10 @@ def test_regenerate_decoders_give_the_same_answers_in_batches_whose_rows_end_apa
     ended = [len(ids) for _, ids, finished in answers["engine"] if finished]
     assert len(set(ended)) > 1 and len(ended) < len(prompts)  # rows ended apart, and some ran to the limit
     assert drops  # the engine decoded and dropped finished rows mid-call
+    from hf_specgen.training import regenerate
+
+    with pytest.raises(ValueError, match="enable_engine=hf_specgen.enable"):  # the training layer has no mixin
+        regenerate.regenerate(Namespace(decoder="engine"))
 
 
 def test_sharded_regenerate_writes_a_dataset_folder_that_resumes_and_trainers_read(mini_world, tmp_path):

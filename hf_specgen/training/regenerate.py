@@ -100,7 +100,7 @@ def _summarize(rows: list[dict], records_by_prompt: dict) -> dict:
     return summary
 
 
-def _load_target(args):
+def _load_target(args, enable_engine=None):
     from ..targets import resolve_target
 
     args.target = resolve_target(args.target)
@@ -112,9 +112,7 @@ def _load_target(args):
         raise ValueError(f"{args.target} has no chat template; regenerate needs one to format prompts")
     model = AutoModelForCausalLM.from_pretrained(args.target, dtype=getattr(torch, args.dtype)).to(args.device).eval()
     if args.decoder == "engine":
-        from ..mixin import enable
-
-        enable(model)
+        enable_engine(model)
     return model, tokenizer
 
 
@@ -171,14 +169,19 @@ def _jobs(records: list[dict], samples_per_prompt: int, done: set[str]) -> list[
 
 
 @torch.no_grad()
-def regenerate(args) -> None:
+def regenerate(args, enable_engine=None) -> None:
     """Answer every prompt (greedy, plus sampled answers), appending to ``--out``; an interrupted run resumes where it
     stopped (answers already in the file are kept and not asked again) unless ``--no-resume``.
 
     With ``--shard-size N``, ``--out`` is a dataset folder: prompts are taken in the data file's order, N at a time;
     each group is answered into ``partial/`` and, once complete, compressed into ``data/train-NNNNN.jsonl.gz``
     (append-only: a finished shard is never rewritten, so finished shards can be committed while the run goes on;
-    only a last shard the prompt file ended inside is extended, its answers kept, once prompts are appended)."""
+    only a last shard the prompt file ended inside is extended, its answers kept, once prompts are appended).
+    ``enable_engine``: ``hf_specgen.enable``, for ``--decoder engine``."""
+    if args.decoder == "engine" and enable_engine is None:
+        # training sits below the mixin (ARCHITECTURE.md's layers): the caller hands down the mixin's ``enable``
+        raise ValueError("--decoder engine decodes through hf_specgen's generate: call regenerate with "
+                         "enable_engine=hf_specgen.enable (`specgen data regenerate` does), or use --decoder stock")
     torch.manual_seed(args.seed)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -188,7 +191,7 @@ def regenerate(args) -> None:
         if not records:
             raise ValueError(f"{args.data} has no records of domains {args.domains}; check --domains")
     records = _pick_records(records, args.limit, args.seed)
-    model, tokenizer = _load_target(args)
+    model, tokenizer = _load_target(args, enable_engine)
     from tqdm.auto import tqdm
 
     out_path = Path(args.out)

@@ -987,3 +987,35 @@ def test_whiflash_default_call_keeps_the_drafters_acceptance_apart_under_each_ro
     assert len(late) >= 60 and sum(d == vote_of(i) for i, d in late) >= 0.85 * len(late)
     assert policy.estimates["eagle3"]["eagle3"].pooled is policy.pooled["eagle3"]
     assert policy.pooled["eagle3"].reached[1] > 0 and policy.pooled["dflash"].reached[1] > 0
+
+
+def _policy_replay_script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "policy_replay.py"
+    spec = importlib.util.spec_from_file_location("policy_replay", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_policy_replay_scores_the_engines_policy_against_fixed_widths_without_a_clock():
+    """scripts/policy_replay.py on made-up acceptance (no model): a drafter whose every draft is right on one kind of
+    text and wrong on another, with AVX2-like costs. A fixed width's ratio is exact arithmetic; the policy drafts wide
+    where drafts are right and, once its evidence is the text's own, costs little more than plain steps where no draft
+    is right; calls in turns alternate the kinds."""
+    replay = _policy_replay_script()
+    costs = {"verify": {"1": 1.0, "2": 1.6, "4": 1.65, "8": 1.7}, "draft": 0.2, "draft_head": None}
+    calls = [{"category": kind, "answer_tokens": 97, "dflash": [7 if kind == "easy" else 0] * 97}
+             for kind in ("easy", "easy", "hard", "hard")]
+    data = {"calls": calls, "costs": {"dflash": costs}}
+    fixed = replay.fixed_width(data, "dflash", 8)
+    assert fixed["easy"] == pytest.approx([96 / (12 * 1.9)] * 2)  # 12 rounds of 8 tokens, each 1.7 + 0.2
+    assert fixed["hard"] == pytest.approx([96 / (96 * 1.9)] * 2)
+    ratios = replay.replay(data, "dflash", passes=1, noise=0.0, seed=0, order="blocks")
+    assert all(r > 0.9 * fixed["easy"][0] for r in ratios["easy"])
+    # the first call on the hard text drafts on the hope carried from the easy ones for a while (still far ahead of
+    # the fixed width); the second starts from its evidence and loses only its probes
+    assert fixed["hard"][0] < ratios["hard"][0] < ratios["hard"][1] and 0.9 < ratios["hard"][1] < 1.0
+    assert [c["category"] for c in replay.call_order(calls, "round-robin")] == ["easy", "hard", "easy", "hard"]

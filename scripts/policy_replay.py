@@ -1,0 +1,216 @@
+"""Replay the width policy on the real target without a clock: what each default call's round widths would cost,
+from the drafters' acceptance at every position of stock `generate`'s answers and one measured cost table.
+
+Timed benchmarks on a 2-core CPU spread by 5-15% from run to run, more than the differences between versions of
+the policy's estimates. This script takes the noise out: for each benchmark prompt it decodes stock's greedy answer
+once, then computes, teacher-forced and in fp32, how many drafts the drafter would get accepted in a round that
+starts after each answer token (DFlash: the leading matches of its block; EAGLE-3: of its greedy chain, the trainers'
+offline estimates at every position). The engine's own ``WidthPolicy`` then chooses every round's width as in a
+default call with the drafter alone (``prompt_lookup=False``; batch 1, eager), each round commits what the
+acceptance at its start allows within its width and costs what the measured table says (times lognormal noise,
+``--noise``), and each call's estimate is carried into the next, in the order of the benchmark's categories. The
+ratio is stock's decode time (one plain step per token) over the policy's; prefill is left out of both.
+
+Variants set the module's constants: ``--variant carried4=CARRIED_WEIGHT:4``.
+
+    python scripts/policy_replay.py --per-category 4 --threads 2 --variant carried4=CARRIED_WEIGHT:4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import statistics
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+import hf_specgen
+from hf_specgen.bench.prompt_sets import pick_prompts
+from hf_specgen.drafters.dflash import DraftHead
+from hf_specgen.engine import width_policy
+from hf_specgen.targets import resolve_target
+from hf_specgen.training.dflash_trainer import build_anchor_batch, drafter_block_states
+from hf_specgen.training.eagle3_trainer import tapped_features, ttt_batch, ttt_forward
+from hf_specgen.training.lm import chat_examples
+
+DRAFTERS = {"dflash": "hub_models/smollm2-135m-instruct-dflash-b16", "eagle3": "hub_models/smollm2-135m-instruct-eagle3"}
+
+
+@torch.no_grad()
+def dflash_acceptance(drafter, target, example, pad_id: int) -> list[int]:
+    """Drafts DFlash's block gets accepted in a round after each answer token (index i: after answer token i)."""
+    ids, n_prompt = example
+    batch = build_anchor_batch([example], drafter.block_size, 10**6, pad_id, torch.Generator().manual_seed(0))
+    hidden = drafter_block_states(drafter, target, batch)  # [1, A*B, H]
+    head = DraftHead(target.lm_head, drafter.draft_vocab)
+    guess = head.token_ids(head(hidden).argmax(-1)).view(1, -1, drafter.block_size)[..., 1:]  # [1, A, B-1]
+    leading = (guess == batch.labels[..., 1:]).long().cumprod(-1).sum(-1)[0]  # [A]
+    by_anchor = dict(zip(batch.anchors[0].tolist(), leading.tolist()))
+    return [by_anchor.get(n_prompt + i, 0) for i in range(len(ids) - n_prompt)]
+
+
+@torch.no_grad()
+def eagle3_acceptance(drafter, target, example, pad_id: int, depth: int) -> list[int]:
+    """The same for EAGLE-3's greedy chain of ``depth`` drafts (row t of the unrolled steps: x_{t+1} just
+    committed)."""
+    ids, n_prompt = example
+    input_ids, labels = ttt_batch([example], pad_id, depth)
+    rows = input_ids.shape[1] - depth - 1
+    features = tapped_features(drafter, target, input_ids, rows)
+    outputs = ttt_forward(drafter, target.get_input_embeddings(), input_ids, features, depth)
+    guesses = torch.stack([drafter.to_target_ids(drafter.draft_logits(h).argmax(-1)) for h in outputs], -1)
+    truth = torch.stack([labels[:, s + 1: s + 1 + rows] for s in range(1, depth + 1)], -1)  # [1, T, depth]
+    leading = (guesses == truth).long().cumprod(-1).sum(-1)[0].tolist()  # [T]
+    return [leading[n_prompt + i - 1] if n_prompt + i - 1 < rows else 0 for i in range(len(ids) - n_prompt)]
+
+
+def measure(args) -> dict:
+    """Stock's answers, each drafter's acceptance after every answer token, and the policy's measured costs."""
+    torch.set_num_threads(args.threads)
+    path = resolve_target(args.target)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval())
+    drafters = {mode: hf_specgen.load_drafter(folder, dtype=torch.float32).eval() for mode, folder in DRAFTERS.items()}
+    prompts = pick_prompts(["specbench", "humaneval"], args.per_category, args.seed)
+    calls = []
+    for n, record in enumerate(prompts):
+        text = tokenizer.apply_chat_template([{"role": "user", "content": record["prompt"]}], tokenize=False,
+                                             add_generation_prompt=True)
+        ids = tokenizer(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
+        answer = target.generate(ids, max_new_tokens=args.max_new_tokens, do_sample=False)[0, ids.shape[1]:].tolist()
+        (example,) = chat_examples(tokenizer, [{"prompt_ids": ids[0].tolist(), "response_ids": answer}], 10**6)
+        pad = tokenizer.pad_token_id
+        calls.append({"category": record["category"], "answer_tokens": len(answer),
+                      "dflash": dflash_acceptance(drafters["dflash"], target, example, pad),
+                      "eagle3": eagle3_acceptance(drafters["eagle3"], target, example, pad, args.eagle3_depth)})
+        print(f"{n + 1}/{len(prompts)} {record['category']}: {len(answer)} tokens", flush=True)
+    tables = {}
+    for mode, drafter in drafters.items():  # one default call each: the costs the engine measures and learns
+        before = set(width_policy.costs_of(target).tables)
+        ids = tokenizer("Count from one to twenty.", return_tensors="pt")["input_ids"]
+        out = target.generate(ids, assistant_model=drafter, speculative_mode=mode, max_new_tokens=48,
+                              prompt_lookup=False, return_dict_in_generate=True)
+        (key,) = set(width_policy.costs_of(target).tables) - before
+        table = width_policy.costs_of(target).tables[key]
+        tables[mode] = {"verify": {str(w): s for w, s in table.verify.items()}, "draft": table.draft,
+                        "draft_head": table.draft_head, "widest": max(out.speculative_stats.round_widths)}
+    return {"calls": calls, "costs": tables}
+
+
+def call_order(calls: list[dict], order: str) -> list[dict]:
+    """The benchmark's order (each category's prompts together) or the categories taking turns (every call on
+    another kind of text than the last: the carried estimate is always another category's)."""
+    if order == "blocks":
+        return calls
+    by_category: dict[str, list[dict]] = {}
+    for call in calls:
+        by_category.setdefault(call["category"], []).append(call)
+    turns = [group[i] for i in range(max(map(len, by_category.values()))) for group in by_category.values()
+             if i < len(group)]
+    return turns
+
+
+def replay(data: dict, mode: str, passes: int, noise: float, seed: int, order: str) -> dict[str, list[float]]:
+    """Stock's time over the policy's for every call, by category, over ``passes`` passes of all the calls."""
+    costs = data["costs"][mode]
+    verify = {int(w): s for w, s in costs["verify"].items()}
+    widest = max(verify)
+    widths = width_policy.width_buckets(widest, compiled=False)
+    share = (lambda w: (w - 1) / (widest - 1)) if mode == "eagle3" else None  # a chain drafts token by token
+    rng = random.Random(seed)
+    estimate = width_policy.AcceptanceEstimate(widest)
+    ratios: dict[str, list[float]] = {}
+    for _ in range(passes):
+        for call in call_order(data["calls"], order):
+            table = width_policy.CostTable(dict(verify), draft=costs["draft"], draft_head=costs["draft_head"])
+            policy = width_policy.WidthPolicy(widths, table, estimate, share)
+            accepted, total = call[mode], call["answer_tokens"]
+            committed, seconds = 1, 0.0  # the prefill commits the first token
+            while committed < total:
+                width = policy.choose()
+                kept = min(accepted[committed - 1], width - 1, total - committed - 1)
+                round_seconds = policy.model_seconds(width) * math.exp(rng.gauss(0.0, noise))
+                policy.observe(width, [kept], seconds=round_seconds)
+                committed += kept + 1
+                seconds += round_seconds
+            estimate = policy.acceptance.carried()
+            ratios.setdefault(call["category"], []).append((total - 1) * verify[1] / seconds)
+    return ratios
+
+
+def fixed_width(data: dict, mode: str, width: int) -> dict[str, list[float]]:
+    """The same ratios for every round at one width (no policy, no noise): what the policy is measured against."""
+    costs = data["costs"][mode]
+    verify = {int(w): s for w, s in costs["verify"].items()}
+    widest = max(verify)
+    drafting = 0.0 if width == 1 else costs["draft"] * ((width - 1) / (widest - 1) if mode == "eagle3" else 1.0)
+    ratios: dict[str, list[float]] = {}
+    for call in data["calls"]:
+        accepted, total = call[mode], call["answer_tokens"]
+        committed, seconds = 1, 0.0
+        while committed < total:
+            committed += min(accepted[committed - 1], width - 1, total - committed - 1) + 1
+            seconds += verify[width] + drafting
+        ratios.setdefault(call["category"], []).append((total - 1) * verify[1] / seconds)
+    return ratios
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", default="smollm2-135m-instruct")
+    parser.add_argument("--per-category", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--eagle3-depth", type=int, default=7, help="drafts of the widest EAGLE-3 round")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--data", default="bench_results/policy_replay.json",
+                        help="answers, acceptance and costs: made once, read on later runs")
+    parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument("--noise", type=float, default=0.1, help="sigma of each round's lognormal clock noise")
+    parser.add_argument("--order", choices=("blocks", "round-robin"), default="blocks",
+                        help="the calls in the benchmark's order, or one category after another in turns")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME=CONST:VALUE[,CONST:VALUE]")
+    args = parser.parse_args()
+    data_path = Path(args.data)
+    if data_path.exists():
+        data = json.loads(data_path.read_text())
+    else:
+        data = measure(args)
+        data_path.parent.mkdir(parents=True, exist_ok=True)
+        data_path.write_text(json.dumps(data))
+    for mode, costs in data["costs"].items():
+        plain = costs["verify"]["1"]
+        print(f"{mode}: plain step {plain * 1e3:.1f} ms; verify / plain "
+              + ", ".join(f"{w}: {s / plain:.2f}" for w, s in costs["verify"].items())
+              + f"; drafting the widest round {costs['draft'] / plain:.2f}")
+    variants = {"current": {}}
+    for spec in args.variant:
+        name, _, settings = spec.partition("=")
+        variants[name] = {k: float(v) for k, v in (item.split(":") for item in settings.split(","))}
+    defaults = {name: getattr(width_policy, name) for changes in variants.values() for name in changes}
+    categories = sorted({call["category"] for call in data["calls"]})
+    print("| drafter | variant | " + " | ".join(categories) + " | all |")
+    print("|---|---|" + "---|" * (len(categories) + 1))
+    for mode in data["costs"]:
+        widest = max(int(w) for w in data["costs"][mode]["verify"])
+        for width in width_policy.width_buckets(widest, compiled=False)[1:]:
+            ratios = fixed_width(data, mode, width)
+            print(f"| {mode} | fixed {width} | " + " | ".join(f"{statistics.median(ratios[c]):.3f}" for c in categories)
+                  + f" | {statistics.median([r for c in categories for r in ratios[c]]):.3f} |")
+        for name, changes in variants.items():
+            for constant, value in {**defaults, **changes}.items():
+                setattr(width_policy, constant, value)
+            ratios = replay(data, mode, args.passes, args.noise, args.seed, args.order)
+            cells = [statistics.median(ratios[c]) for c in categories]
+            every = statistics.median([r for c in categories for r in ratios[c]])
+            print(f"| {mode} | {name} | " + " | ".join(f"{x:.3f}" for x in cells) + f" | {every:.3f} |")
+            for constant, value in defaults.items():
+                setattr(width_policy, constant, value)
+
+
+if __name__ == "__main__":
+    main()

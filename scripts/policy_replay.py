@@ -37,7 +37,8 @@ from hf_specgen.training.dflash_trainer import build_anchor_batch, drafter_block
 from hf_specgen.training.eagle3_trainer import tapped_features, ttt_batch, ttt_forward
 from hf_specgen.training.lm import chat_examples
 
-DRAFTERS = {"dflash": "hub_models/smollm2-135m-instruct-dflash-b16", "eagle3": "hub_models/smollm2-135m-instruct-eagle3"}
+DRAFTERS = {"dflash": "hub_models/smollm2-135m-instruct-dflash-b16",
+            "eagle3": "hub_models/smollm2-135m-instruct-eagle3"}
 
 
 @torch.no_grad()

@@ -74,7 +74,12 @@ COST_AVERAGING = 0.2  # weight of a new call's clock in the running cost of a wi
 MAX_LEARNED_RATIO = 2.0  # a call moves a cost towards at most this multiple of the old one (a compile is no round)
 DRAFT_TIMING_ROUNDS = 3  # drafting rounds timed before the policy chooses (compiled: compile, record, replay)
 ACCEPTANCE_DECAY = 0.97  # per round: older rounds weigh less, so the estimate follows the text
-CARRIED_WEIGHT = 16.0  # at most this many rounds' worth of evidence carried into the next call
+# at most this many rounds' worth of a block's or chain's evidence carried into the next call: enough to open it at
+# the width the last calls paid at, little enough that a new text's own rounds outweigh it within a few (16 before
+# 2026-11-27: replayed on three sets of the real target's prompts, 4 gained EAGLE-3's chain 0.7-1.8% on four of seven
+# categories and moved DFlash by 0.2% at most; docs/width-policy.md). A tree's estimate, which no replay has measured
+# and whose gains lean on a prior the lighter they are carried, keeps 16.
+CARRIED_WEIGHT, TREE_CARRIED_WEIGHT = 4.0, 16.0
 PRIOR_ACCEPT, PRIOR_WEIGHT = 0.5, 1.0
 POOLED_WEIGHT = 4.0  # rounds' worth of a pooled estimate's rates as a contextual estimate's prior (WhiFlash)
 FIRST_PROBE_AFTER, LAST_PROBE_AFTER = 8, 64
@@ -368,7 +373,7 @@ class TreeAcceptanceEstimate:
 
     def carried(self) -> "TreeAcceptanceEstimate":
         copy = TreeAcceptanceEstimate((1, *self.budgets), self.depth)
-        scale = min(1.0, CARRIED_WEIGHT / max(self.reached[self.budgets[0]], 1e-9))
+        scale = min(1.0, TREE_CARRIED_WEIGHT / max(self.reached[self.budgets[0]], 1e-9))
         copy.gains = {n: g * scale for n, g in self.gains.items()}
         copy.reached = {n: r * scale for n, r in self.reached.items()}
         _carry_probe_schedule(self, copy)

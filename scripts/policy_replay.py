@@ -8,8 +8,9 @@ starts after each answer token (DFlash: the leading matches of its block; EAGLE-
 offline estimates at every position). The engine's own ``WidthPolicy`` then chooses every round's width as in a
 default call with the drafter alone (``prompt_lookup=False``; batch 1, eager), each round commits what the
 acceptance at its start allows within its width and costs what the measured table says (times lognormal noise,
-``--noise``), and each call's estimate is carried into the next, in the order of the benchmark's categories. The
-ratio is stock's decode time (one plain step per token) over the policy's; prefill is left out of both.
+``--noise``), and each call's estimate is carried into the next, in the benchmark's order (``--order round-robin``:
+the categories in turns). The ratio is stock's decode time (one plain step per token) over the policy's; prefill is
+left out of both.
 
 Variants set the module's constants: ``--variant carried4=CARRIED_WEIGHT:4``.
 
@@ -97,6 +98,7 @@ def measure(args) -> dict:
                               prompt_lookup=False, return_dict_in_generate=True)
         (key,) = set(width_policy.costs_of(target).tables) - before
         table = width_policy.costs_of(target).tables[key]
+        # (widest: the widest round of this timing call, for the record; the replay's widths are the table's)
         tables[mode] = {"verify": {str(w): s for w, s in table.verify.items()}, "draft": table.draft,
                         "draft_head": table.draft_head, "widest": max(out.speculative_stats.round_widths)}
     return {"calls": calls, "costs": tables}

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import random
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,6 +21,19 @@ import hf_specgen
 # workers do not fight over the cores (two threads per worker on a 2-core machine made every step wait).
 if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def load_repo_module(relative_path: str, name: str):
+    """A file of the repository that is no package module (a script, the Space's app.py), imported as ``name`` (kept
+    in sys.modules, so that what it defines can be found by name)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / relative_path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
 
 VOCAB = 256
 MASK_TOKEN = VOCAB - 1  # reserved: never in test prompts

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import load_repo_module
+
 pytestmark = pytest.mark.xdist_group("space")  # with test_space_browser, on one worker (see there)
 
 
@@ -20,10 +19,7 @@ def space_url():
 
     os.environ["SPECGEN_WORLD"] = "tiny"  # the embedded models: seconds, whatever else is installed
     os.environ["SPECGEN_DTYPE"] = "fp32"  # exact: bf16 multi-token verifies may round a near-tie differently
-    spec = importlib.util.spec_from_file_location("space_app", ROOT / "space" / "app.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["space_app"] = module
-    spec.loader.exec_module(module)
+    module = load_repo_module("space/app.py", "space_app")
     app = module.build_app()
     _, url, _ = app.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
     yield url

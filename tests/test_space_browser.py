@@ -3,14 +3,14 @@ and both panes fill. `.ci/run` installs chromium and chromium-driver with apt-ge
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from conftest import load_repo_module
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
@@ -28,10 +28,7 @@ def page_url():
     #     pytest tests/test_space_browser.py
     os.environ["SPECGEN_WORLD"] = os.environ.get("SPECGEN_SCREENSHOT_WORLD", "tiny")
     os.environ["SPECGEN_DTYPE"] = "fp32"
-    spec = importlib.util.spec_from_file_location("space_app_browser", ROOT / "space" / "app.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["space_app_browser"] = module
-    spec.loader.exec_module(module)
+    module = load_repo_module("space/app.py", "space_app_browser")
     app = module.build_app()
     _, url, _ = app.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
     yield url

@@ -18,7 +18,7 @@ from hf_specgen.training.corpus import format_chat, read_jsonl, response_text
 from hf_specgen.training.lm import chat_examples, pad_chat_batch
 from hf_specgen.training.loop import BudgetBatches, lr_factor
 
-from conftest import make_dflash, make_target
+from conftest import load_repo_module, make_dflash, make_target
 
 
 def test_slot_weights_follow_the_recipe():
@@ -706,14 +706,9 @@ def test_training_softmax_over_the_seen_vocabulary_remaps_labels():
 def test_scaling_report_reads_each_run_in_order_of_data(tmp_path):
     """scripts/scaling_report.py (issue 26's study): one row per run, ordered by the shards it trained on, with the
     offline tau that scripts/offline_tau.py printed for it; a run without its tau is an error, not a silent gap."""
-    import importlib.util
     import json
-    from pathlib import Path
 
-    spec = importlib.util.spec_from_file_location(
-        "scaling_report", Path(__file__).resolve().parents[1] / "scripts" / "scaling_report.py")
-    report = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(report)
+    report = load_repo_module("scripts/scaling_report.py", "scaling_report")
     for shards, answers, tau in ((20, 5056, 1.61), (8, 1984, 1.42)):
         (tmp_path / f"log_{shards}.json").write_text(json.dumps(
             {"train_sequences": answers, "steps": 200, "tokens_seen": 6_500_000, "train_minutes": 1.5,

@@ -13,7 +13,7 @@ import torch._dynamo
 from torch._dynamo.utils import counters
 
 import hf_specgen
-from conftest import make_dflash, make_target, random_prompt
+from conftest import load_repo_module, make_dflash, make_target, random_prompt
 from hf_specgen.drafters.dflash import DFlashProposer
 from hf_specgen.engine import width_policy
 from hf_specgen.engine.support import engine_probe_reason
@@ -990,23 +990,12 @@ def test_whiflash_default_call_keeps_the_drafters_acceptance_apart_under_each_ro
     assert policy.pooled["eagle3"].reached[1] > 0 and policy.pooled["dflash"].reached[1] > 0
 
 
-def _policy_replay_script():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "scripts" / "policy_replay.py"
-    spec = importlib.util.spec_from_file_location("policy_replay", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_policy_replay_scores_the_engines_policy_against_fixed_widths_without_a_clock():
     """scripts/policy_replay.py on made-up acceptance (no model): a drafter whose every draft is right on one kind of
     text and wrong on another, with AVX2-like costs. A fixed width's ratio is exact arithmetic; the policy drafts wide
     where drafts are right and, once its evidence is the text's own, costs little more than plain steps where no draft
     is right; calls in turns alternate the kinds."""
-    replay = _policy_replay_script()
+    replay = load_repo_module("scripts/policy_replay.py", "policy_replay")
     costs = {"verify": {"1": 1.0, "2": 1.6, "4": 1.65, "8": 1.7}, "draft": 0.2, "draft_head": None}
     calls = [{"category": kind, "answer_tokens": 97, "dflash": [7 if kind == "easy" else 0] * 97}
              for kind in ("easy", "easy", "hard", "hard")]

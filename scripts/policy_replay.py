@@ -34,8 +34,8 @@ from hf_specgen.bench.prompt_sets import pick_prompts
 from hf_specgen.drafters.dflash import DraftHead
 from hf_specgen.engine import width_policy
 from hf_specgen.targets import resolve_target
-from hf_specgen.training.dflash_trainer import build_anchor_batch, drafter_block_states
-from hf_specgen.training.eagle3_trainer import tapped_features, ttt_batch, ttt_forward
+from hf_specgen.training.dflash_trainer import block_leading_matches, build_anchor_batch, drafter_block_states
+from hf_specgen.training.eagle3_trainer import chain_leading_matches
 from hf_specgen.training.lm import chat_examples
 
 DRAFTERS = {"dflash": "hub_models/smollm2-135m-instruct-dflash-b16",
@@ -49,25 +49,16 @@ def dflash_acceptance(drafter, target, example, pad_id: int) -> list[int]:
     batch = build_anchor_batch([example], drafter.block_size, 10**6, pad_id, torch.Generator().manual_seed(0))
     hidden = drafter_block_states(drafter, target, batch)  # [1, A*B, H]
     head = DraftHead(target.lm_head, drafter.draft_vocab)
-    guess = head.token_ids(head(hidden).argmax(-1)).view(1, -1, drafter.block_size)[..., 1:]  # [1, A, B-1]
-    leading = (guess == batch.labels[..., 1:]).long().cumprod(-1).sum(-1)[0]  # [A]
+    leading = block_leading_matches(hidden, batch, head, drafter.block_size)[0]  # [A]
     by_anchor = dict(zip(batch.anchors[0].tolist(), leading.tolist()))
     return [by_anchor.get(n_prompt + i, 0) for i in range(len(ids) - n_prompt)]
 
 
-@torch.no_grad()
 def eagle3_acceptance(drafter, target, example, pad_id: int, depth: int) -> list[int]:
-    """The same for EAGLE-3's greedy chain of ``depth`` drafts (row t of the unrolled steps: x_{t+1} just
-    committed)."""
+    """The same for EAGLE-3's greedy chain of ``depth`` drafts (row t: x_{t+1} just committed)."""
     ids, n_prompt = example
-    input_ids, labels = ttt_batch([example], pad_id, depth)
-    rows = input_ids.shape[1] - depth - 1
-    features = tapped_features(drafter, target, input_ids, rows)
-    outputs = ttt_forward(drafter, target.get_input_embeddings(), input_ids, features, depth)
-    guesses = torch.stack([drafter.to_target_ids(drafter.draft_logits(h).argmax(-1)) for h in outputs], -1)
-    truth = torch.stack([labels[:, s + 1: s + 1 + rows] for s in range(1, depth + 1)], -1)  # [1, T, depth]
-    leading = (guesses == truth).long().cumprod(-1).sum(-1)[0].tolist()  # [T]
-    return [leading[n_prompt + i - 1] if n_prompt + i - 1 < rows else 0 for i in range(len(ids) - n_prompt)]
+    leading = chain_leading_matches(drafter, target, [example], pad_id, depth)[0][0].tolist()  # [T]
+    return [leading[n_prompt + i - 1] if n_prompt + i - 1 < len(leading) else 0 for i in range(len(ids) - n_prompt)]
 
 
 def measure(args) -> dict:

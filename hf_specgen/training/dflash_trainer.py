@@ -301,15 +301,20 @@ def offline_acceptance_by_head(drafter, target, examples, pad_id: int, heads: di
     for start in range(0, min(limit, len(examples)), 8):
         batch = build_anchor_batch(examples[start: start + 8], block, 10_000, pad_id, generator)
         hidden = drafter_block_states(drafter, target, batch)
-        m = hidden.shape[0]
         labels = batch.labels.to(hidden.device)[..., 1:]
         judged = (labels != -100).all(-1) & batch.anchor_valid.to(hidden.device)
         blocks += int(judged.sum())
         for name, head in heads.items():
-            guess = head.token_ids(head(hidden).argmax(-1)).view(m, -1, block)[..., 1:]  # [M, A, B-1]
-            leading = (guess == labels).long().cumprod(-1).sum(-1)  # [M, A] leading matches per block
-            matches[name] += int(leading[judged].sum())
+            matches[name] += int(block_leading_matches(hidden, batch, head, block)[judged].sum())
     return {name: 1 + count / max(blocks, 1) for name, count in matches.items()}, blocks
+
+
+def block_leading_matches(hidden: torch.Tensor, batch: AnchorBatch, head, block: int) -> torch.Tensor:
+    """[M, A]: the leading drafts of each anchor's block (its greedy guesses through ``head`` from the drafter's block
+    states ``hidden`` [M, A*B, H]) that match the data; a slot past the response never matches."""
+    guess = head.token_ids(head(hidden).argmax(-1)).view(hidden.shape[0], -1, block)[..., 1:]  # [M, A, B-1]
+    labels = batch.labels.to(hidden.device)[..., 1:]
+    return (guess == labels).long().cumprod(-1).sum(-1)
 
 
 def train_dflash(args) -> dict:

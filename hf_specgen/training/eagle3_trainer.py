@@ -122,20 +122,29 @@ def offline_chain_acceptance(drafter, target, examples, pad_id: int, depth: int 
     over rows whose next depth + 1 tokens are all response tokens: the EAGLE-3 counterpart of DFlash's
     ``offline_acceptance``.
     """
-    device = next(drafter.parameters()).device
     matches, rounds = 0, 0
     for start in range(0, min(limit, len(examples)), 8):
-        input_ids, labels = (t.to(device) for t in ttt_batch(examples[start: start + 8], pad_id, depth))
-        rows = input_ids.shape[1] - depth - 1
-        features = tapped_features(drafter, target, input_ids, rows)
-        outputs = ttt_forward(drafter, target.get_input_embeddings(), input_ids, features, depth)
-        guesses = torch.stack([drafter.to_target_ids(drafter.draft_logits(h).argmax(-1)) for h in outputs], -1)
-        truth = torch.stack([labels[:, s + 1: s + 1 + rows] for s in range(1, depth + 1)], -1)  # [B, T, depth]
-        judged = (labels[:, 1: 1 + rows] != IGNORE) & (truth != IGNORE).all(-1)  # [B, T]
-        leading = (guesses == truth).long().cumprod(-1).sum(-1)  # [B, T] drafts accepted before the first miss
+        leading, judged = chain_leading_matches(drafter, target, examples[start: start + 8], pad_id, depth)
         matches += int(leading[judged].sum())
         rounds += int(judged.sum())
     return {"offline_tau": 1 + matches / max(rounds, 1), "rounds_judged": rounds, "depth": depth}
+
+
+@torch.no_grad()
+def chain_leading_matches(drafter, target, examples, pad_id: int, depth: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """For a batch of chat examples: [B, T] the drafts of a greedy chain of ``depth`` accepted in the round of row t
+    (x_{t+1} just committed; a chain running past the answer stops matching there), and [B, T] whether row t is
+    judged (its next depth + 1 tokens are all response tokens)."""
+    device = next(drafter.parameters()).device
+    input_ids, labels = (t.to(device) for t in ttt_batch(examples, pad_id, depth))
+    rows = input_ids.shape[1] - depth - 1
+    features = tapped_features(drafter, target, input_ids, rows)
+    outputs = ttt_forward(drafter, target.get_input_embeddings(), input_ids, features, depth)
+    guesses = torch.stack([drafter.to_target_ids(drafter.draft_logits(h).argmax(-1)) for h in outputs], -1)
+    truth = torch.stack([labels[:, s + 1: s + 1 + rows] for s in range(1, depth + 1)], -1)  # [B, T, depth]
+    judged = (labels[:, 1: 1 + rows] != IGNORE) & (truth != IGNORE).all(-1)  # [B, T]
+    leading = (guesses == truth).long().cumprod(-1).sum(-1)  # [B, T] drafts accepted before the first miss
+    return leading, judged
 
 
 def train_eagle3(args) -> dict:

@@ -102,9 +102,11 @@ def main(argv=None) -> int:
         p.add_argument("--thinking", action="store_true", help="chat template with enable_thinking=True (Qwen3)")
         p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
         p.add_argument("--seed", type=int, default=0)
-        p.add_argument("--compile", action="store_true",
+        p.add_argument("--compile", nargs="?", const=True, default=False, choices=[True, "max-autotune"],
                        help="torch.compile our engine's steps (CPU: inductor; GPU: CUDA graphs) and add the engine's "
-                            "compiled autoregressive baseline; stock generate and transformers' peers stay eager")
+                            "compiled autoregressive baseline; stock generate and transformers' peers stay eager. "
+                            "'--compile max-autotune': inductor's own GEMMs on frozen weights (on an AVX2-only CPU "
+                            "the fastest setting; minutes of compiling, a copy of the weights per step)")
         if name == "bench":
             p.add_argument("--out", type=Path, default=Path("bench_results"))
             p.add_argument("--batch-sizes", type=int, nargs="+", metavar="B",

@@ -36,6 +36,14 @@ class SpeculativeConfig:
     compile:       torch.compile the fixed-shape draft and verify steps ("reduce-overhead": CUDA graphs on
                    GPU). "auto" = on for CUDA, off elsewhere (on a CPU each step gets faster too, but compiling
                    takes 20-40 s per cache size: worth it for many calls sharing one max_cache_len).
+                   "max-autotune" = compiled, and inductor's own GEMM kernels on frozen weights (GPU: torch's
+                   "max-autotune" mode, not yet run on one). On a CPU with AVX2 only this is the fastest setting by far
+                   (SmolLM2-135M, fp32: plain steps 2.1x stock generate, DFlash and EAGLE-3 2.5-2.9x;
+                   docs/width-policy.md), but the first call compiles for 4-18 minutes, each compiled step keeps a
+                   repacked copy of the weights (11 GB resident for the 135M target with EAGLE-3), a model whose
+                   weights change afterwards needs release_compiled(model), and the kernels sum in another order
+                   than eager matmuls: in fp32 the output follows the compiled target's own greedy choices, which
+                   part from eager generate's at near-ties (as bf16 does).
     max_cache_len: as in stock generate's static cache: allocate at least this many KV slots, so compiled calls of
                    any length up to it share one cache size and one graph; a call that needs more allocates more.
                    None = what the call needs (rounded up to 256 slots when compiled).
@@ -132,8 +140,8 @@ class SpeculativeConfig:
         if self.mode in ("classic", "eagle3") and self.block_size is not None:
             raise ValueError("block_size applies to DFlash drafters; for 'classic' set num_draft_tokens "
                              "(tokens drafted per round).")
-        if self.compile not in (True, False, "auto"):
-            raise ValueError(f"compile must be True, False or 'auto', got {self.compile!r}.")
+        if self.compile not in (True, False, "auto", "max-autotune"):
+            raise ValueError(f"compile must be True, False, 'auto' or 'max-autotune', got {self.compile!r}.")
         if self.max_cache_len is not None and (not isinstance(self.max_cache_len, int) or self.max_cache_len < 1):
             raise ValueError(f"max_cache_len must be a positive int or None, got {self.max_cache_len!r}.")
         for name in ("eagle_top_k", "eagle_depth", "eagle_total_tokens"):

@@ -67,7 +67,7 @@ def _speculative_config(kwargs: dict, generation_config) -> SpeculativeConfig | 
     return SpeculativeConfig(**{**base, **{k: v for k, v in flat.items() if v is not None}})
 
 
-def _eagle3_proposer(drafter, target, spec: SpeculativeConfig, compile_steps: bool):
+def _eagle3_proposer(drafter, target, spec: SpeculativeConfig, compile_steps: bool | str):
     """A dynamic tree (eagle_top_k > 1, not under FLy, whose rule is written for chains) or a chain."""
     top_k = spec.eagle_shape(target.device.type)
     if spec.mode != "fly" and top_k > 1:
@@ -79,7 +79,7 @@ def _eagle3_proposer(drafter, target, spec: SpeculativeConfig, compile_steps: bo
     return Eagle3ChainProposer(drafter, target, spec.draft_tokens(), compile_steps)
 
 
-def _build_proposer(target, assistant_model, spec: SpeculativeConfig, compile_steps: bool):
+def _build_proposer(target, assistant_model, spec: SpeculativeConfig, compile_steps: bool | str):
     """The drafter side of the round, chosen by the mode and by what ``assistant_model`` is."""
     if spec.mode == "autoregressive":
         return NoDraftProposer()

@@ -102,11 +102,12 @@ def padded(rng, lengths, vocab, device):
     return ids.to(device), mask.to(device)
 
 
-def check_exactness(report: Report, target, models, device, compiled_values=(False, True)) -> None:
+def check_exactness(report: Report, target, models, device, compiled_values=(False, True), names=None,
+                    batches=([23], [5, 40, 17, 1])) -> None:
     rng = random.Random(0)
     table = assistants(*models)  # built once: a new WhiFlash bundle per case would be a new decoder (and graphs)
     cases = [(compiled, name, lengths) for compiled in compiled_values for name in table
-             for lengths in ([23], [5, 40, 17, 1])]
+             if names is None or name in names for lengths in batches]
     for compiled, name, lengths in cases:
         assistant, extra = table[name]
         ids, mask = padded(rng, lengths, target.config.vocab_size, device)
@@ -237,11 +238,14 @@ def main():
                      for b in (1, 4)] + ["recompiles"] + [f"host reads {n}" for n in assistants(*models)
                                                            if n in ONE_READ_PER_ROUND]
                     + [f"hybrid {m} compiled" for m in ("autoregressive", "dflash")]
+                    + ["exact dflash compiled=max-autotune batch=1"]
                     + ([] if args.skip_bench else [f"bench compiled={c}" for c in (False, True)]))
         check_exactness(report, target, models, device, (True,) if args.compiled_first else (False, True))
         check_recompiles(report, target, drafter, device)
         check_host_reads(report, target, models, device)
         check_hybrid(report, device)
+        # torch's "max-autotune" mode (autotuned GEMMs and CUDA graphs): written for GPUs, run on CPUs only so far
+        check_exactness(report, target, models, device, ("max-autotune",), names=("dflash",), batches=([23],))
         if args.compiled_first:
             check_exactness(report, target, models, device, (False,))
         if not args.skip_bench:

@@ -143,3 +143,45 @@ def test_compiling_raises_dynamos_recompile_limit_and_never_lowers_it():
         assert dynamo_config.recompile_limit == 500
     finally:
         dynamo_config.recompile_limit, dynamo_config.accumulated_recompile_limit = saved
+
+
+def test_max_autotune_steps_compile_on_frozen_weights_and_return_the_stock_tokens(monkeypatch):
+    """speculative_compile="max-autotune" (CPU): inductor compiles the steps with frozen weights and max_autotune on,
+    the condition for its own GEMM kernels; a plain compiled step freezes nothing. Inductor reads both settings while
+    it compiles, inside a step's call, so the test watches its freezing pass run and what it saw. The tokens stay
+    stock's."""
+    import torch._inductor.freezing as freezing
+    from torch._inductor import config as inductor_config
+
+    from hf_specgen.engine.graphs import StepRunner
+
+    seen = []
+
+    def watched_freeze(*args, **kwargs):
+        seen.append(inductor_config.max_autotune)
+        return real_freeze(*args, **kwargs)
+
+    real_freeze = freezing.freeze
+    monkeypatch.setattr(freezing, "freeze", watched_freeze)
+    torch._dynamo.reset()
+    try:
+        layer = torch.nn.Linear(24, 40, bias=False)
+        with torch.no_grad():
+            x = torch.randn(4, 24)
+            plain = StepRunner(lambda x: layer(x).relu(), True, torch.device("cpu"))
+            assert torch.allclose(plain(x), plain.eager(x)) and seen == []
+            tuned = StepRunner(lambda x: layer(x).relu() * 2, "max-autotune", torch.device("cpu"))
+            assert torch.allclose(tuned(x), tuned.eager(x)) and seen == [True]
+        assert not inductor_config.freezing and not inductor_config.max_autotune  # only while the step runs
+
+        target = make_target("llama", seed=6)
+        drafter = make_dflash(target, block_size=4)
+        prompt = random_prompt(random.Random(3), 20)
+        ref = target.generate(prompt, max_new_tokens=16, do_sample=False, eos_token_id=None)
+        out = target.generate(prompt, assistant_model=drafter, speculative_mode="dflash",
+                              speculative_compile="max-autotune", max_new_tokens=16, do_sample=False,
+                              eos_token_id=None, return_dict_in_generate=True, adaptive_width=False)
+        assert out.sequences.tolist() == ref.tolist()
+        assert len(seen) == 3  # the target's verify and the drafter's step, each frozen (and the two above)
+    finally:
+        torch._dynamo.reset()

@@ -92,6 +92,12 @@ def test_bad_block_size(pair, bad):
         spec(*pair, block_size=bad)
 
 
+
+@pytest.mark.parametrize("bad", ["max_autotune", "reduce-overhead", 2])
+def test_bad_compile_setting_names_the_ones_there_are(pair, bad):
+    with pytest.raises(ValueError, match="compile must be True, False, 'auto' or 'max-autotune'"):
+        spec(*pair, speculative_compile=bad)
+
 def test_beam_search(pair):
     with pytest.raises(ValueError, match="do not support beam search: use num_beams=1"):
         spec(*pair, num_beams=2)

@@ -181,7 +181,7 @@ def compiled_settings(args, longest_prompt: int) -> dict:
                  + [total + top_k * depth]
                  + [n + max(args.block_sizes) for n in getattr(args, "dflash_tree_nodes", [])])
     slots = longest_prompt + args.max_new_tokens + widest
-    return {"speculative_compile": True, "max_cache_len": -(-slots // CACHE_BUCKET) * CACHE_BUCKET}
+    return {"speculative_compile": args.compile, "max_cache_len": -(-slots // CACHE_BUCKET) * CACHE_BUCKET}
 
 
 def method_bases(args, longest_prompt: int) -> tuple[dict, dict]:

@@ -98,7 +98,7 @@ class DFlashProposer:
     drafts_any_width = True  # propose(width): the lm_head runs over the verified prefix only
     drafts_head_by_width = True  # so a narrower round drafts for less (the width policy times that lm_head once)
 
-    def __init__(self, drafter: DFlashDraftModel, target, block_size: int | None, compile_steps: bool):
+    def __init__(self, drafter: DFlashDraftModel, target, block_size: int | None, compile_steps: bool | str):
         self.draft_width = block_size or drafter.block_size  # W: rows of the drafted block
         self.block_size = self.draft_width  # rows of a verify (a tree proposer verifies more)
         check_dflash_fits_target(drafter, target, self.draft_width)
@@ -213,7 +213,7 @@ class DFlashTreeProposer(DFlashProposer):
     drafts_any_width = True
     drafts_head_by_width = False
 
-    def __init__(self, drafter: DFlashDraftModel, target, block_size: int | None, compile_steps: bool,
+    def __init__(self, drafter: DFlashDraftModel, target, block_size: int | None, compile_steps: bool | str,
                  tree_nodes: int, top_k: int | None):
         super().__init__(drafter, target, block_size, compile_steps)
         self.depth = self.draft_width - 1  # draft positions of a block

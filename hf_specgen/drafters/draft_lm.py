@@ -63,7 +63,7 @@ class DraftModelProposer:
     tapped_layer_ids: list[int] = []  # the draft model reads tokens only
     drafts_any_width = True  # propose(width): w - 1 tokens, one draft forward each
     drafts_token_by_token = True  # the width policy charges a round of w rows (w - 1) / K of the whole block
-    def __init__(self, draft_model, target, num_draft_tokens: int, compile_steps: bool, ngram: bool = False,
+    def __init__(self, draft_model, target, num_draft_tokens: int, compile_steps: bool | str, ngram: bool = False,
                  max_ngram: int = 4, ngram_tokens: int = 6, confidence_threshold: float | None = None):
         check_draft_lm_fits_target(draft_model, target)
         self.draft_model = draft_model

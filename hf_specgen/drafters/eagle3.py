@@ -48,7 +48,7 @@ class Eagle3ChainProposer:
     drafts_any_width = True  # propose(width): w - 1 drafts (the width policy)
     drafts_token_by_token = True  # one drafter forward per draft: a round of w rows costs (w - 1) / K of K drafts
 
-    def __init__(self, drafter: Eagle3DraftModel, target, num_draft_tokens: int, compile_steps: bool):
+    def __init__(self, drafter: Eagle3DraftModel, target, num_draft_tokens: int, compile_steps: bool | str):
         layers = target.config.get_text_config(decoder=True).num_hidden_layers
         self.tapped_layer_ids = drafter.target_layer_ids or default_eagle3_layer_ids(layers)
         check_eagle3_fits_target(drafter, target, self.tapped_layer_ids)
@@ -180,7 +180,7 @@ class Eagle3TreeProposer(Eagle3ChainProposer):
     drafts_token_by_token = False
 
     def __init__(self, drafter: Eagle3DraftModel, target, top_k: int, depth: int, total_tokens: int,
-                 compile_steps: bool):
+                 compile_steps: bool | str):
         super().__init__(drafter, target, depth, compile_steps)
         if total_tokens < 2 or total_tokens > 1 + top_k * depth:
             raise ValueError(f"eagle_total_tokens must be in [2, 1 + top_k * depth = {1 + top_k * depth}], "

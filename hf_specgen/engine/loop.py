@@ -175,7 +175,7 @@ class FinishedRows:
 class SpeculativeDecoder:
     """Runs speculative generate calls for ``target`` with a proposer (see drafters/)."""
 
-    def __init__(self, target, proposer, mode: str, compile_steps: bool, verifier=None, adaptive: bool = False,
+    def __init__(self, target, proposer, mode: str, compile_steps: bool | str, verifier=None, adaptive: bool = False,
                  drafter=None, prompt_lookup: bool = False, lookup_in_batches: bool = True,
                  copy_width: int = COPY_WIDTH):
         self.target = target

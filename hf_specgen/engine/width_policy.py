@@ -123,11 +123,14 @@ def batch_bucket(batch_size: int) -> int:
     return 1 << (batch_size - 1).bit_length()
 
 
-def cost_key(device: torch.device, dtype: torch.dtype, batch_size: int, compiled: bool, drafter: str = "") -> str:
-    """The cost table's key. ``drafter``: the kind of drafter (its proposer's name), whose drafting cost the table
-    also holds; empty for the DFlash block (the keys saved before other drafters adapted their width)."""
+def cost_key(device: torch.device, dtype: torch.dtype, batch_size: int, compiled: bool | str,
+             drafter: str = "") -> str:
+    """The cost table's key. ``compiled``: False, True or "max-autotune" (inductor's own GEMMs: other costs).
+    ``drafter``: the kind of drafter (its proposer's name), whose drafting cost the table also holds; empty for the
+    DFlash block (the keys saved before other drafters adapted their width)."""
     bucket = batch_bucket(batch_size)
-    key = f"{device.type}|{str(dtype).removeprefix('torch.')}|batch{bucket}|{'compiled' if compiled else 'eager'}"
+    step = "eager" if not compiled else "compiled" if compiled is True else f"compiled-{compiled}"
+    key = f"{device.type}|{str(dtype).removeprefix('torch.')}|batch{bucket}|{step}"
     return f"{key}|{drafter}" if drafter else key
 
 

@@ -103,6 +103,7 @@ def main(argv=None) -> int:
         p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--compile", nargs="?", const=True, default=False, choices=[True, "max-autotune"],
+                       metavar="max-autotune",
                        help="torch.compile our engine's steps (CPU: inductor; GPU: CUDA graphs) and add the engine's "
                             "compiled autoregressive baseline; stock generate and transformers' peers stay eager. "
                             "'--compile max-autotune': inductor's own GEMMs on frozen weights (on an AVX2-only CPU "

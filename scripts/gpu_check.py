@@ -73,12 +73,15 @@ class Report:
         self.path, self.header, self.rows = path, header, []
         self.deadline = time.monotonic() + budget_seconds
         self.planned: list[str] = []
+        self.wanted = lambda name: True  # main's passes narrow it (checks that never passed before go first)
 
     def plan(self, names: list[str]) -> None:
         self.planned += names
 
-    def time_left(self) -> bool:
-        return time.monotonic() < self.deadline
+    def due(self, name: str) -> bool:
+        """Whether to run check `name` now: time is left, this pass wants it and it has not run yet."""
+        return (time.monotonic() < self.deadline and self.wanted(name)
+                and name not in {row["name"] for row in self.rows})
 
     def add(self, name: str, row: dict) -> None:
         self.rows.append({"name": name, **row})
@@ -111,7 +114,8 @@ def check_exactness(report: Report, target, models, device, compiled_values=(Fal
     for compiled, name, lengths in cases:
         assistant, extra = table[name]
         ids, mask = padded(rng, lengths, target.config.vocab_size, device)
-        if not report.time_left():
+        check = f"exact {name} compiled={compiled} batch={len(lengths)}"
+        if not report.due(check):
             continue
         ref = target.generate(ids, attention_mask=mask, max_new_tokens=48, do_sample=False)
         try:
@@ -121,13 +125,13 @@ def check_exactness(report: Report, target, models, device, compiled_values=(Fal
             detail = f"tau {out.speculative_stats.mean_acceptance_length:.2f}"
         except Exception:  # a crash is a failed check, reported with its traceback
             ok, detail = False, traceback.format_exc(limit=3)
-        report.add(f"exact {name} compiled={compiled} batch={len(lengths)}", {"ok": ok, "detail": detail})
+        report.add(check, {"ok": ok, "detail": detail})
         print(f"exact  {name:15s} compiled={compiled!s:5s} batch={len(lengths)}  {'ok' if ok else 'FAIL'}  "
               f"{detail.splitlines()[-1]}", flush=True)
 
 
 def check_recompiles(report: Report, target, drafter, device) -> None:
-    if not report.time_left():
+    if not report.due("recompiles"):
         return
     torch._dynamo.reset()
     counters.clear()
@@ -158,7 +162,7 @@ def check_host_reads(report: Report, target, models, device) -> None:
     table = assistants(*models)
     names = [name for name in table if name in ONE_READ_PER_ROUND]
     for name in names:
-        if not report.time_left():
+        if not report.due(f"host reads {name}"):
             continue
         assistant, extra = table[name]
         ids, mask = padded(random.Random(2), [10, 25, 4], target.config.vocab_size, device)
@@ -175,11 +179,15 @@ def check_host_reads(report: Report, target, models, device) -> None:
 def check_hybrid(report: Report, device) -> None:
     from hf_specgen.architectures import _assistant, _build
 
+    if not any(report.due(f"hybrid {mode} compiled") for mode in ("autoregressive", "dflash")):
+        return
     target = hf_specgen.enable(_build("qwen3_5_text").to(device))  # the architecture walk's small fp32 model
     ids = torch.tensor([[5, 9, 22, 41, 7, 13, 60, 3, 88]], device=device)
     reference = target.generate(ids, max_new_tokens=32, do_sample=False, eos_token_id=None)
     for mode, extra in (("autoregressive", {}), ("dflash", {"assistant_model": _assistant("dflash", target).to(device),
                                                             "block_size": 4})):
+        if not report.due(f"hybrid {mode} compiled"):
+            continue
         try:
             out = target.generate(ids, speculative_mode=mode, speculative_compile=True, max_new_tokens=32,
                                   do_sample=False, eos_token_id=None, **extra)
@@ -193,7 +201,7 @@ def check_hybrid(report: Report, device) -> None:
 
 def check_bench(report: Report, out: Path, device) -> None:
     for compiled in (False, True):
-        if not report.time_left():
+        if not report.due(f"bench compiled={compiled}"):
             continue
         folder = out / ("bench_compiled" if compiled else "bench_eager")
         command = [sys.executable, "-m", "hf_specgen.cli", "bench", "--quick", "--device", device.type,
@@ -213,6 +221,9 @@ def main():
     parser.add_argument("--compiled-first", action="store_true",
                         help="the CUDA-graph checks (exactness, recompiles, host reads, hybrid) before the eager "
                              "exactness ones, for a short budget that earlier runs spent on the eager ones")
+    parser.add_argument("--passed", nargs="+", type=Path, default=[], metavar="REPORT",
+                        help="earlier gpu_check.json reports: the checks none of them passed run first, then (time "
+                             "left) the ones they passed, so that a short budget reaches what never ran on a GPU")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -240,16 +251,22 @@ def main():
                     + [f"hybrid {m} compiled" for m in ("autoregressive", "dflash")]
                     + ["exact dflash compiled=max-autotune batch=1"]
                     + ([] if args.skip_bench else [f"bench compiled={c}" for c in (False, True)]))
-        check_exactness(report, target, models, device, (True,) if args.compiled_first else (False, True))
-        check_recompiles(report, target, drafter, device)
-        check_host_reads(report, target, models, device)
-        check_hybrid(report, device)
-        # torch's "max-autotune" mode (autotuned GEMMs and CUDA graphs): written for GPUs, run on CPUs only so far
-        check_exactness(report, target, models, device, ("max-autotune",), names=("dflash",), batches=([23],))
-        if args.compiled_first:
-            check_exactness(report, target, models, device, (False,))
-        if not args.skip_bench:
-            check_bench(report, out, device)
+        passed_before = {row["name"] for path in args.passed for row in json.loads(path.read_text())["checks"]
+                         if row["ok"]}
+        passes = [lambda name: name not in passed_before, lambda name: name in passed_before] if passed_before \
+            else [lambda name: True]
+        for wanted in passes:
+            report.wanted = wanted
+            check_exactness(report, target, models, device, (True,) if args.compiled_first else (False, True))
+            check_recompiles(report, target, drafter, device)
+            check_host_reads(report, target, models, device)
+            check_hybrid(report, device)
+            # torch's "max-autotune" mode (autotuned GEMMs and CUDA graphs): written for GPUs, run on CPUs only so far
+            check_exactness(report, target, models, device, ("max-autotune",), names=("dflash",), batches=([23],))
+            if args.compiled_first:
+                check_exactness(report, target, models, device, (False,))
+            if not args.skip_bench:
+                check_bench(report, out, device)
     finally:
         report.write()
         done = {row["name"] for row in report.rows}

@@ -28,8 +28,8 @@
 #                   (the shipped drafters' weights, carried beside wheel parts: the third session split the wheel in
 #                   three, part00 + DFlash, part01 + EAGLE-3, part02 + gguf, each call under 64 MiB with the tree), the
 #                   trainings continue those drafters (--init-from, peak learning rate INIT_LR=4e-4);
-#                   gpu_check.py meanwhile; stage collect (the next call, within the 30 s the machine stays warm)
-#                   waits for them and returns everything in <= 15 MB parts of one tar. What the second session ran
+#                   gpu_check.py meanwhile (--passed: the checks sessions 3-4 never passed first); stage collect (the
+#                   next call, within the 30 s the machine stays warm) waits for them and returns everything in <= 15 MB parts of one tar. What the second session ran
 #                   and what went wrong: docs/benchmarks/gpu_h100/README.md
 # Usage (on the GPU machine, from the repository root): scripts/gpu_session.sh STAGE OUT_FOLDER
 # The carried parts are made here (the folders ignored by git through .git/info/exclude):

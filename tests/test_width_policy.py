@@ -141,6 +141,49 @@ def _compiled_calls_recompile_nothing(target, rng, new: int, **speculative) -> l
     return outs
 
 
+@pytest.mark.parametrize("drafter_kind", ["dflash", "eagle3 chain"])
+def test_compiled_calls_build_every_widths_graphs_before_their_first_round(monkeypatch, drafter_kind):
+    """Compiled steps build every width bucket's graphs (the target's verify and the drafter's step over the rows a
+    verify of that width hands it) before a call's first round. A first call of plain steps only leaves nothing to
+    compile for a second call that drafts at every width (any recompile raises), and a third call over a cache of
+    another size, whose costs are known already, builds its graphs before its rounds too: no graph appears once
+    rounds have started (a compile there stalls the call: minutes with max-autotune). Tokens stay stock greedy's."""
+    from test_eagle3 import make_eagle3
+
+    torch._dynamo.reset()
+    counters.clear()
+    state = {"widths": [1], "round": 0, "graphs": []}
+
+    def scripted(self, copying=False):
+        state["round"] += 1
+        state["graphs"].append(counters["stats"]["unique_graphs"])  # graphs built so far, at each round's start
+        return state["widths"][state["round"] % len(state["widths"])]
+
+    monkeypatch.setattr(WidthPolicy, "choose", scripted)
+    target = make_target("qwen3", seed=21)
+    if drafter_kind == "dflash":
+        speculative = dict(assistant_model=make_dflash(target, block_size=8), speculative_mode="dflash")
+    else:
+        speculative = dict(assistant_model=make_eagle3(target), speculative_mode="eagle3", eagle_top_k=1,
+                           num_draft_tokens=7, adaptive_width=True)
+    rng = random.Random(3)
+    try:
+        for call, (widths, cache_len) in enumerate((([1], 256), ([8, 4, 1, 4, 8, 1], 256), ([4, 1, 8], 512))):
+            state.update(widths=widths, round=0, graphs=[])
+            torch._dynamo.config.error_on_recompile = call == 1
+            prompt = random_prompt(rng, (12, 37, 20)[call])
+            ref = target.generate(prompt, max_new_tokens=40, do_sample=False, eos_token_id=None)
+            out = target.generate(prompt, speculative_compile=True, max_cache_len=cache_len, max_new_tokens=40,
+                                  do_sample=False, eos_token_id=None, return_dict_in_generate=True,
+                                  prompt_lookup=False, **speculative)
+            assert out.sequences.tolist() == ref.tolist()
+            assert set(out.speculative_stats.round_widths) == set(widths)
+            assert len(set(state["graphs"] + [counters["stats"]["unique_graphs"]])) == 1, state["graphs"]
+    finally:
+        torch._dynamo.config.error_on_recompile = False
+        torch._dynamo.reset()
+
+
 def test_compiled_whiflash_default_call_reuses_its_graphs_across_drafters_and_widths(monkeypatch):
     """Compiled WhiFlash default call: rounds cycle through both drafters and each drafter's width buckets. After the
     first call, a second call with another prompt length recompiles nothing, and the tokens stay the stock ones."""

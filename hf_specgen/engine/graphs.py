@@ -16,6 +16,8 @@ overwritten by the next replay: callers clone what they keep. Eager steps instea
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 CACHE_BUCKET = 256  # cache sizes are rounded up to this when compiling, so nearby calls reuse graphs
@@ -42,6 +44,54 @@ def allow_a_graph_per_decoder() -> None:
     dynamo_config.accumulated_recompile_limit = max(dynamo_config.accumulated_recompile_limit, 1024)
 
 
+# cache -> the widths whose compiled graphs have run over it (a new cache of a new shape compiles anew, and CUDA graphs
+# record the addresses of the cache tensors they write)
+_BUILT: "weakref.WeakKeyDictionary[object, set[int]]" = weakref.WeakKeyDictionary()
+
+
+def built_widths(cache) -> set[int]:
+    """The widths whose compiled steps have already run over ``cache`` (callers add the ones they build)."""
+    return _BUILT.setdefault(cache, set())
+
+
+def build_drafting_graphs(proposer) -> None:
+    """Compiled steps: run a drafter's steps at every context width its rounds can hand it (the rows of a verify of
+    each width bucket), right after ``start``, so that a width first chosen in a later round or call finds its graphs
+    built. Compiling in the middle of a call stalls it: seconds with CUDA graphs, minutes with max-autotune (the
+    width policy would also take that round's clock for the drafter's cost). The dummy rows it writes lie past the
+    drafter cache's valid slots (the first round rewrites them from the pending prompt rows), and the proposer's
+    state is put back. Proposers without pending context rows (a draft LM) keep one graph per step anyway."""
+    if getattr(proposer, "pending", None) is None or not hasattr(proposer, "_context_widths"):
+        return
+    built = built_widths(proposer.cache)
+    widths = sorted(proposer._context_widths() - built)
+    if not widths:
+        return
+    saved = proposer.pending, proposer.pending_counts, proposer.context_start, proposer.forward_calls
+    pending, context_start = saved[0], saved[2]
+    for width in widths:
+        for _ in range(2):  # a compiled step compiles on its first call and records its CUDA graph on the second
+            proposer.pending = pending.new_zeros(pending.shape[0], width, pending.shape[2])  # [B, w, F]
+            proposer.pending_counts, proposer.context_start = None, torch.zeros_like(context_start)
+            proposer.propose(whole_block=True)
+        built.add(width)
+    proposer.pending, proposer.pending_counts, proposer.context_start, proposer.forward_calls = saved
+
+
+def standard_layout(arg):
+    """``arg`` with the strides of a fresh tensor of its shape (a copy only where they differ). A compiled step's graph
+    is specialized on its inputs' strides, and the same width's inputs arrive in several layouts (a slice of a wider
+    drafted block, a gather, the cost measurement's expanded token; at batch 1 even a [1, w] slice of [1, W] counts
+    as contiguous yet has other strides): each would compile a graph of its own, in the middle of a call."""
+    if not isinstance(arg, torch.Tensor):
+        return arg
+    strides, step = [], 1
+    for size in reversed(arg.shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return arg if arg.stride() == tuple(reversed(strides)) else arg.clone(memory_format=torch.contiguous_format)
+
+
 class StepRunner:
     """Calls ``fn`` eagerly or through torch.compile; ``.eager`` always bypasses compilation."""
 
@@ -61,6 +111,8 @@ class StepRunner:
             self._fn = fn
 
     def __call__(self, *args):
+        if self.compiled:
+            args = tuple(standard_layout(arg) for arg in args)
         if self.compiled and self._is_cuda:
             torch.compiler.cudagraph_mark_step_begin()
         if self._inductor_gemms:

@@ -29,7 +29,7 @@ from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengt
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from .cache import CachePool, restore_states, set_cache_length, snapshot_states
-from .graphs import CACHE_BUCKET, StepRunner
+from .graphs import CACHE_BUCKET, StepRunner, build_drafting_graphs, built_widths
 from .lookup import PromptLookup
 from .session import DecodingSession
 from .stats import RoundClock, SpeculativeStats
@@ -656,6 +656,8 @@ class SpeculativeDecoder:
         if router_tree or self.verifier is not None:
             widths = (1, width)
         proposer.verify_widths = set(widths)  # the drafter keeps one graph per width its context can have
+        if self.compile_steps:
+            build_drafting_graphs(proposer)
         token_by_token = getattr(proposer, "drafts_token_by_token", False)
         # the DFlash block's drafting cost is kept under the bare key (as saved before other drafters adapted), a
         # drafter's with a draft vocabulary (a smaller lm_head product) under its own
@@ -697,9 +699,13 @@ class SpeculativeDecoder:
     def _measure_verify_costs(self, table, widths: tuple[int, ...], session: DecodingSession, show,
                               quick: bool = False) -> None:
         """Time the target's verify at each of ``widths`` the cost table lacks, over this call's own cache
-        (``quick``: one pass, see ``_quick_timing``)."""
+        (``quick``: one pass, see ``_quick_timing``). Compiled steps also run every width whose graph this cache has
+        not run yet, where the costs are known (an earlier cache, or ``load_costs``): a width first chosen later in
+        the call would compile there."""
         missing = tuple(w for w in widths if w not in table.verify)
-        if not missing:
+        built = built_widths(self.cache) if self.compile_steps else set(widths)
+        unbuilt = tuple(w for w in widths if w not in built and w not in missing)
+        if not missing and not unbuilt:
             return
         starts = session.last_slots
         last = session.token_block(starts, 1)
@@ -711,8 +717,13 @@ class SpeculativeDecoder:
             if saved_states is not None:
                 restore_states(self.cache, saved_states)
 
-        timing = self._quick_timing(quick) or dict(warmups=2 if self.compile_steps else 1)
-        table.verify.update(measure_verify_costs(run_verify, missing, session.device, **timing))
+        for w in unbuilt:
+            for _ in range(2):  # compiles, then records its CUDA graph (measure_verify_costs' warm-ups)
+                run_verify(w)
+        if missing:
+            timing = self._quick_timing(quick) or dict(warmups=2 if self.compile_steps else 1)
+            table.verify.update(measure_verify_costs(run_verify, missing, session.device, **timing))
+        built.update(widths)
         set_cache_length(self.cache, starts)
 
     def _drop_finished_rows(self, session: DecodingSession, finished_rows: "FinishedRows", active_rows: list[int]):

@@ -38,12 +38,12 @@ class SpeculativeConfig:
                    takes 20-40 s per cache size: worth it for many calls sharing one max_cache_len).
                    "max-autotune" = compiled, and inductor's own GEMM kernels on frozen weights (GPU: torch's
                    "max-autotune" mode, not yet run on one). On a CPU with AVX2 only this is the fastest setting
-                   (SmolLM2-135M, fp32: plain steps 1.7-2.0x stock generate, DFlash 2.1-2.5x; docs/width-policy.md),
-                   but the first call compiles for minutes (2.5 for plain steps, 14-15 with a drafter), a width it did
-                   not use compiles when a later call first picks it, every compiled step keeps a repacked copy of
-                   the weights (frozen: they must not change afterwards), and the kernels sum in another order than
-                   eager matmuls: in fp32 the output follows the compiled target's own greedy choices, which part
-                   from eager generate's at near-ties (as bf16 does).
+                   (SmolLM2-135M, fp32: plain steps 1.7-2.0x stock generate, DFlash 1.8-2.5x; docs/width-policy.md),
+                   but the first call compiles every width for minutes (2.5 for plain steps, 9-11 with a drafter),
+                   again in every new process (inductor's cache skips graphs on packed weights), every compiled step
+                   keeps a repacked copy of the weights (frozen: they must not change afterwards), and the kernels
+                   sum in another order than eager matmuls: in fp32 the output follows the compiled target's own
+                   greedy choices, which part from eager generate's at near-ties (as bf16 does).
     max_cache_len: as in stock generate's static cache: allocate at least this many KV slots, so compiled calls of
                    any length up to it share one cache size and one graph; a call that needs more allocates more.
                    None = what the call needs (rounded up to 256 slots when compiled).

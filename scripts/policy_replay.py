@@ -30,7 +30,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import hf_specgen
-from hf_specgen.bench.prompt_sets import pick_prompts
+from hf_specgen.bench.prompt_sets import chat_ids, pick_prompts
 from hf_specgen.drafters.dflash import DraftHead
 from hf_specgen.engine import width_policy
 from hf_specgen.targets import resolve_target
@@ -71,9 +71,7 @@ def measure(args) -> dict:
     prompts = pick_prompts(["specbench", "humaneval"], args.per_category, args.seed)
     calls = []
     for n, record in enumerate(prompts):
-        text = tokenizer.apply_chat_template([{"role": "user", "content": record["prompt"]}], tokenize=False,
-                                             add_generation_prompt=True)
-        ids = tokenizer(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
+        ids = chat_ids(tokenizer, record["prompt"])
         answer = target.generate(ids, max_new_tokens=args.max_new_tokens, do_sample=False)[0, ids.shape[1]:].tolist()
         (example,) = chat_examples(tokenizer, [{"prompt_ids": ids[0].tolist(), "response_ids": answer}], 10**6)
         pad = tokenizer.pad_token_id

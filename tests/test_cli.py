@@ -104,6 +104,20 @@ def test_tiny_world_prompt_sets_are_shipped():
     assert len(picked) == 2 * 3 + 2 * len({r["category"] for r in load_prompt_set("specbench")})
 
 
+def test_chat_ids_are_the_templates_tokens_with_no_special_token_added_twice():
+    from transformers import AutoTokenizer
+
+    from hf_specgen.bench.prompt_sets import chat_ids
+
+    tokenizer = AutoTokenizer.from_pretrained(ROOT / "hub_models" / "specgen-tiny")
+    tokenizer.bos_token, tokenizer.add_bos_token = "<|user|>", True  # prepends BOS to any text, as Llama's does
+    assert tokenizer("hi")["input_ids"][0] == tokenizer.bos_token_id  # the template's text starts with it as well
+    ids = chat_ids(tokenizer, "Write a function that adds two numbers.")
+    templated = tokenizer.apply_chat_template([{"role": "user", "content": "Write a function that adds two numbers."}],
+                                              add_generation_prompt=True, return_dict=True)["input_ids"]
+    assert ids.shape == (1, len(templated)) and ids[0].tolist() == list(templated)
+
+
 def test_shipped_tiny_world_decodes_losslessly_and_its_drafters_accept(tmp_path, capsys):
     """The committed tiny world: its side-by-side comparison, and every shipped drafter accepting on held-out
     prompts."""

@@ -75,3 +75,12 @@ def shares_text_with_a_benchmark(prompt: str) -> bool:
         _BENCHMARK_NGRAMS = set().union(*(word_ngrams(row["prompt"]) for name in PROMPT_SETS
                                           for row in load_prompt_set(name)))
     return bool(word_ngrams(prompt) & _BENCHMARK_NGRAMS)
+
+
+def chat_ids(tokenizer, prompt: str, **template_kwargs):
+    """``prompt`` as one user turn of ``tokenizer``'s chat template, ready to generate from: token ids [1, L]. The
+    template's text already holds its special tokens, so the tokenizer adds none (a second BOS would change the
+    answer). ``template_kwargs`` go to ``apply_chat_template`` (``enable_thinking=`` for Qwen3)."""
+    text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                         add_generation_prompt=True, **template_kwargs)
+    return tokenizer(text, return_tensors="pt", add_special_tokens=False)["input_ids"]

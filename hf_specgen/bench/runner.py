@@ -140,7 +140,7 @@ def load_models(args) -> BenchModels:
 
 def encode_prompts(models: BenchModels, args) -> tuple[list[torch.Tensor], list[dict]]:
     """Token ids [1, P] per prompt, and the prompt records (category, text, answer)."""
-    from .prompt_sets import pick_prompts
+    from .prompt_sets import chat_ids, pick_prompts
 
     device = models.target.device
     if models.synthetic:
@@ -155,12 +155,7 @@ def encode_prompts(models: BenchModels, args) -> tuple[list[torch.Tensor], list[
         records = [r for r in records if r["category"] in args.categories]
         if not records:
             raise SystemExit(f"no prompt of categories {args.categories} in {args.prompts}")
-    tok = models.tokenizer
-    ids = []
-    for record in records:
-        text = tok.apply_chat_template([{"role": "user", "content": record["prompt"]}], tokenize=False,
-                                       add_generation_prompt=True, enable_thinking=args.thinking)
-        ids.append(tok(text, return_tensors="pt", add_special_tokens=False)["input_ids"].to(device))
+    ids = [chat_ids(models.tokenizer, r["prompt"], enable_thinking=args.thinking).to(device) for r in records]
     return ids, records
 
 

@@ -25,6 +25,8 @@ VISIBLE_BUCKET = 8  # eager steps attend the used cache prefix rounded up to thi
 
 
 MAX_AUTOTUNE = "max-autotune"
+# calls that build a compiled step: it compiles on the first and records its CUDA graph on the second
+BUILDING_CALLS = 2
 
 
 def should_compile(setting, device: torch.device) -> bool | str:
@@ -70,7 +72,7 @@ def build_drafting_graphs(proposer) -> None:
     saved = proposer.pending, proposer.pending_counts, proposer.context_start, proposer.forward_calls
     pending, context_start = saved[0], saved[2]
     for width in widths:
-        for _ in range(2):  # a compiled step compiles on its first call and records its CUDA graph on the second
+        for _ in range(BUILDING_CALLS):
             proposer.pending = pending.new_zeros(pending.shape[0], width, pending.shape[2])  # [B, w, F]
             proposer.pending_counts, proposer.context_start = None, torch.zeros_like(context_start)
             proposer.propose(whole_block=True)

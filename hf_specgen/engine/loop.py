@@ -29,7 +29,7 @@ from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengt
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from .cache import CachePool, restore_states, set_cache_length, snapshot_states
-from .graphs import CACHE_BUCKET, StepRunner, build_drafting_graphs, built_widths
+from .graphs import BUILDING_CALLS, CACHE_BUCKET, StepRunner, build_drafting_graphs, built_widths
 from .lookup import PromptLookup
 from .session import DecodingSession
 from .stats import RoundClock, SpeculativeStats
@@ -718,10 +718,10 @@ class SpeculativeDecoder:
                 restore_states(self.cache, saved_states)
 
         for w in unbuilt:
-            for _ in range(2):  # compiles, then records its CUDA graph (measure_verify_costs' warm-ups)
+            for _ in range(BUILDING_CALLS):
                 run_verify(w)
         if missing:
-            timing = self._quick_timing(quick) or dict(warmups=2 if self.compile_steps else 1)
+            timing = self._quick_timing(quick) or dict(warmups=BUILDING_CALLS if self.compile_steps else 1)
             table.verify.update(measure_verify_costs(run_verify, missing, session.device, **timing))
         built.update(widths)
         set_cache_length(self.cache, starts)

@@ -35,30 +35,48 @@ from hf_specgen.drafters.dflash import DraftHead
 from hf_specgen.engine import width_policy
 from hf_specgen.targets import resolve_target
 from hf_specgen.training.dflash_trainer import block_leading_matches, build_anchor_batch, drafter_block_states
-from hf_specgen.training.eagle3_trainer import chain_leading_matches
+from hf_specgen.training.eagle3_trainer import chain_leading_matches, tapped_features, ttt_batch, ttt_forward
 from hf_specgen.training.lm import chat_examples
 
 DRAFTERS = {"dflash": "hub_models/smollm2-135m-instruct-dflash-b16",
             "eagle3": "hub_models/smollm2-135m-instruct-eagle3"}
 
 
+def _rounded(probabilities: torch.Tensor) -> list[list[float]]:
+    return [[round(p, 4) for p in row] for row in probabilities.tolist()]
+
+
 @torch.no_grad()
-def dflash_acceptance(drafter, target, example, pad_id: int) -> list[int]:
-    """Drafts DFlash's block gets accepted in a round after each answer token (index i: after answer token i)."""
+def dflash_acceptance(drafter, target, example, pad_id: int) -> tuple[list[int], list[list[float]]]:
+    """Drafts DFlash's block gets accepted in a round after each answer token (index i: after answer token i), and
+    the drafter's probability of each of the block's drafts there."""
     ids, n_prompt = example
-    batch = build_anchor_batch([example], drafter.block_size, 10**6, pad_id, torch.Generator().manual_seed(0))
+    block = drafter.block_size
+    batch = build_anchor_batch([example], block, 10**6, pad_id, torch.Generator().manual_seed(0))
     hidden = drafter_block_states(drafter, target, batch)  # [1, A*B, H]
     head = DraftHead(target.lm_head, drafter.draft_vocab)
-    leading = block_leading_matches(hidden, batch, head, drafter.block_size)[0]  # [A]
-    by_anchor = dict(zip(batch.anchors[0].tolist(), leading.tolist()))
-    return [by_anchor.get(n_prompt + i, 0) for i in range(len(ids) - n_prompt)]
+    leading = block_leading_matches(hidden, batch, head, block)[0]  # [A]
+    probabilities = head(hidden).float().softmax(-1).amax(-1).view(-1, block)[:, 1:]  # [A, B-1]
+    by_anchor = dict(zip(batch.anchors[0].tolist(), zip(leading.tolist(), _rounded(probabilities))))
+    rows = [by_anchor.get(n_prompt + i, (0, [0.0] * (block - 1))) for i in range(len(ids) - n_prompt)]
+    return [count for count, _ in rows], [row for _, row in rows]
 
 
-def eagle3_acceptance(drafter, target, example, pad_id: int, depth: int) -> list[int]:
-    """The same for EAGLE-3's greedy chain of ``depth`` drafts (row t: x_{t+1} just committed)."""
+@torch.no_grad()
+def eagle3_acceptance(drafter, target, example, pad_id: int, depth: int) -> tuple[list[int], list[list[float]]]:
+    """The same for EAGLE-3's greedy chain of ``depth`` drafts (row t: x_{t+1} just committed), and the drafter's
+    probability of each draft of the chain (as ``chain_leading_matches`` drafts it)."""
     ids, n_prompt = example
     leading = chain_leading_matches(drafter, target, [example], pad_id, depth)[0][0].tolist()  # [T]
-    return [leading[n_prompt + i - 1] if n_prompt + i - 1 < len(leading) else 0 for i in range(len(ids) - n_prompt)]
+    input_ids, _ = ttt_batch([example], pad_id, depth)
+    rows = input_ids.shape[1] - depth - 1
+    outputs = ttt_forward(drafter, target.get_input_embeddings(), input_ids,
+                          tapped_features(drafter, target, input_ids, rows), depth)
+    probabilities = torch.stack([drafter.draft_logits(h).float().softmax(-1).amax(-1) for h in outputs], -1)[0]
+    chains = _rounded(probabilities)  # [T][depth]
+    positions = [n_prompt + i - 1 for i in range(len(ids) - n_prompt)]
+    return ([leading[t] if t < len(leading) else 0 for t in positions],
+            [chains[t] if t < len(chains) else [0.0] * depth for t in positions])
 
 
 def measure(args) -> dict:
@@ -75,9 +93,11 @@ def measure(args) -> dict:
         answer = target.generate(ids, max_new_tokens=args.max_new_tokens, do_sample=False)[0, ids.shape[1]:].tolist()
         (example,) = chat_examples(tokenizer, [{"prompt_ids": ids[0].tolist(), "response_ids": answer}], 10**6)
         pad = tokenizer.pad_token_id
-        calls.append({"category": record["category"], "answer_tokens": len(answer),
-                      "dflash": dflash_acceptance(drafters["dflash"], target, example, pad),
-                      "eagle3": eagle3_acceptance(drafters["eagle3"], target, example, pad, args.eagle3_depth)})
+        dflash, dflash_confidences = dflash_acceptance(drafters["dflash"], target, example, pad)
+        eagle3, eagle3_confidences = eagle3_acceptance(drafters["eagle3"], target, example, pad, args.eagle3_depth)
+        calls.append({"category": record["category"], "answer_tokens": len(answer), "dflash": dflash,
+                      "eagle3": eagle3, "dflash_confidences": dflash_confidences,
+                      "eagle3_confidences": eagle3_confidences})
         print(f"{n + 1}/{len(prompts)} {record['category']}: {len(answer)} tokens", flush=True)
     tables = {}
     for mode, drafter in drafters.items():  # one default call each: the costs the engine measures and learns
@@ -106,8 +126,13 @@ def call_order(calls: list[dict], order: str) -> list[dict]:
     return turns
 
 
-def replay(data: dict, mode: str, passes: int, noise: float, seed: int, order: str) -> dict[str, list[float]]:
-    """Stock's time over the policy's for every call, by category, over ``passes`` passes of all the calls."""
+def replay(data: dict, mode: str, passes: int, noise: float, seed: int, order: str,
+           unsure: bool = False) -> dict[str, list[float]]:
+    """Stock's time over the policy's for every call, by category, over ``passes`` passes of all the calls.
+    ``unsure``: each drafting round drafts, then verifies the width ``WidthPolicy.confident_width`` picks from the
+    drafts' probabilities, as the engine's EAGLE-3 chain does on a CPU (a chain stops drafting once its drafts'
+    running product falls below UNSURE_STOP; DFlash, which the engine does not do this for, drafts its whole block
+    to see them)."""
     costs = data["costs"][mode]
     verify = {int(w): s for w, s in costs["verify"].items()}
     widest = max(verify)
@@ -124,9 +149,26 @@ def replay(data: dict, mode: str, passes: int, noise: float, seed: int, order: s
             committed, seconds = 1, 0.0  # the prefill commits the first token
             while committed < total:
                 width = policy.choose()
-                kept = min(accepted[committed - 1], width - 1, total - committed - 1)
-                round_seconds = policy.model_seconds(width) * math.exp(rng.gauss(0.0, noise))
-                policy.observe(width, [kept], seconds=round_seconds)
+                noisy = math.exp(rng.gauss(0.0, noise))
+                if (unsure and width > 1 and not policy.needs_draft_timing and not policy.probing
+                        and f"{mode}_confidences" in call):
+                    probabilities = call[f"{mode}_confidences"][committed - 1]
+                    drafts, all_right = (widest - 1 if mode == "dflash" else width - 1), 1.0
+                    for j, p in enumerate(probabilities[:drafts]):
+                        if j and all_right < width_policy.UNSURE_STOP and mode == "eagle3":
+                            drafts = j
+                            break
+                        all_right *= p
+                    width = policy.confident_width(widest if mode == "dflash" else width, [probabilities[:drafts]],
+                                                   (committed - 1) / seconds if seconds else None)
+                    kept = min(accepted[committed - 1], width - 1, total - committed - 1)
+                    round_seconds = (policy.draft_cost(drafts + 1 if mode == "eagle3" else widest)
+                                     + policy.costs.verify[width]) * noisy
+                    policy.observe(width, [kept], seconds=round_seconds if width == drafts + 1 else None)
+                else:
+                    kept = min(accepted[committed - 1], width - 1, total - committed - 1)
+                    round_seconds = policy.model_seconds(width) * noisy
+                    policy.observe(width, [kept], seconds=round_seconds)
                 committed += kept + 1
                 seconds += round_seconds
             estimate = policy.acceptance.carried()
@@ -193,10 +235,16 @@ def main() -> None:
             ratios = fixed_width(data, mode, width)
             print(f"| {mode} | fixed {width} | " + " | ".join(f"{statistics.median(ratios[c]):.3f}" for c in categories)
                   + f" | {statistics.median([r for c in categories for r in ratios[c]]):.3f} |")
-        for name, changes in variants.items():
+        # the engine's EAGLE-3 chain stops drafting when unsure on a CPU; the other way round for each drafter too
+        # (DFlash: drafting its whole block to see the probabilities), where the data holds them
+        engine_unsure = mode == "eagle3"
+        other = ([("without unsure stop" if engine_unsure else "whole block, then confident width", not engine_unsure)]
+                 if f"{mode}_confidences" in data["calls"][0] else [])
+        rows = [(name, changes, engine_unsure) for name, changes in variants.items()]
+        for name, changes, unsure in rows + [(name, {}, unsure) for name, unsure in other]:
             for constant, value in {**defaults, **changes}.items():
                 setattr(width_policy, constant, value)
-            ratios = replay(data, mode, args.passes, args.noise, args.seed, args.order)
+            ratios = replay(data, mode, args.passes, args.noise, args.seed, args.order, unsure)
             cells = [statistics.median(ratios[c]) for c in categories]
             every = statistics.median([r for c in categories for r in ratios[c]])
             print(f"| {mode} | {name} | " + " | ".join(f"{x:.3f}" for x in cells) + f" | {every:.3f} |")

@@ -4,6 +4,7 @@ loaded; an explicit block keeps the fixed width."""
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 
@@ -28,6 +29,9 @@ def random_widths(monkeypatch):
     default call a drafter drawn at random."""
     rng = random.Random(3)
     monkeypatch.setattr(WidthPolicy, "choose", lambda self, copying=False: rng.choice(self.widths))
+    # a chain that stopped drafting when unsure verifies any width its drafts hold (one row included)
+    monkeypatch.setattr(WidthPolicy, "confident_width", lambda self, chosen, confidences, rate: rng.choice(
+        [w for w in self.widths if w <= min(chosen, min(map(len, confidences)) + 1)]))
     monkeypatch.setattr(width_policy.RoutedWidthPolicy, "_drafter_for",
                         lambda self, vote, context: (rng.choice(sorted(self.policies)), False))
     return rng
@@ -160,6 +164,9 @@ def test_compiled_calls_build_every_widths_graphs_before_their_first_round(monke
         return state["widths"][state["round"] % len(state["widths"])]
 
     monkeypatch.setattr(WidthPolicy, "choose", scripted)
+    # a chain on a CPU reads each draft's probability (never stopping here) and verifies the scripted width
+    monkeypatch.setattr("hf_specgen.engine.loop.UNSURE_STOP", 0.0)
+    monkeypatch.setattr(WidthPolicy, "confident_width", lambda self, chosen, confidences, rate: chosen)
     target = make_target("qwen3", seed=21)
     if drafter_kind == "dflash":
         speculative = dict(assistant_model=make_dflash(target, block_size=8), speculative_mode="dflash")
@@ -735,8 +742,8 @@ def _record_single_row_proposals(patch, proposer) -> list:
     """Patch ``proposer.propose`` to record (committed sequence, proposal) of every call at batch 1; returns the list."""
     seen, original = [], proposer.propose
 
-    def recording(self, width=None, whole_block=False):
-        drafts = original(self, width, whole_block)
+    def recording(self, width=None, whole_block=False, **stop):
+        drafts = original(self, width, whole_block, **stop)
         if self.session.batch_size == 1:
             seen.append((self.session.committed().clone(), drafts))
         return drafts
@@ -821,6 +828,59 @@ def test_tree_budgets_follow_what_each_budget_would_have_kept():
         policy.observe(width, [estimate.draft_slots(width)] * 2, within=full)
     first = next(i for i, w in enumerate(after) if w > 1)
     assert first <= 64 and after[first + 1:].count(1) <= 0.1 * len(after[first + 1:]) and max(after) >= 8
+
+
+def test_a_chain_on_a_cpu_stops_drafting_when_unsure_and_verifies_what_its_drafts_are_worth(monkeypatch):
+    """The default EAGLE-3 call on a CPU drafts its chain until every row's chance that all its drafts are right
+    (the product of the drafter's probabilities) falls below UNSURE_STOP, then verifies the width whose expected
+    tokens beat what its verify's time would commit at the call's rate. The tokens stay stock greedy's."""
+    from hf_specgen.engine.width_policy import UNSURE_STOP
+    from test_eagle3 import make_eagle3
+
+    target = make_target("llama", seed=4)
+    drafter = make_eagle3(target, draft_vocab=128)
+    with torch.no_grad():
+        drafter.lm_head.weight.mul_(3)  # probabilities of its drafts from near 0 to near 1
+    original, rounds = WidthPolicy.confident_width, []
+    choices = random.Random(3)  # a drafter this young gets plain steps: the rounds' widths drawn at random instead
+    monkeypatch.setattr(WidthPolicy, "choose", lambda self, copying=False: choices.choice(self.widths))
+
+    def recording(self, chosen, confidences, rate):
+        width = original(self, chosen, confidences, rate)
+        rounds.append((chosen, confidences, width))
+        return width
+
+    monkeypatch.setattr(WidthPolicy, "confident_width", recording)
+    rng = random.Random(8)
+    for lengths, new in (([19], 60), ([7, 15, 2], 40)):
+        single = len(rounds)
+        _exact_on_padded_batch(target, rng, lengths, new, assistant_model=drafter, speculative_mode="eagle3",
+                               prompt_lookup=False)
+        assert len(rounds) > single  # the rounds that drafted chose their width from the drafts' probabilities
+    stopped = 0
+    for i, (chosen, confidences, width) in enumerate(rounds):
+        drafts = len(confidences[0])
+        assert all(len(row) == drafts for row in confidences) and 1 <= drafts <= chosen - 1
+        assert all(0.0 < p <= 1.0 for row in confidences for p in row)
+        assert width <= min(chosen, drafts + 1)
+        if len(confidences) == 1:  # batch 1: the rule, draft by draft
+            (row,) = confidences
+            assert all(math.prod(row[:j]) >= UNSURE_STOP for j in range(1, drafts))  # each next draft was worth it
+            if drafts < chosen - 1:
+                stopped += 1
+                assert math.prod(row) < UNSURE_STOP  # and it stopped only once it was not
+    assert stopped >= 2 and len({width for _, _, width in rounds}) >= 3
+
+    # the width: expected tokens against the verify's time at the call's rate (here one token a second)
+    policy = WidthPolicy((1, 2, 4, 8), CostTable({1: 1.0, 2: 1.8, 4: 1.85, 8: 2.1}, draft=0.35),
+                         AcceptanceEstimate(8), draft_share=lambda w: (w - 1) / 7)
+    assert policy.confident_width(8, [[0.97] * 7], 1.0) == 8  # likely drafts: the whole chain
+    assert policy.confident_width(4, [[0.97] * 3], 1.0) == 4  # never wider than the policy chose
+    assert policy.confident_width(8, [[0.9, 0.9, 0.1, 0.5]], 1.0) == 4  # worth 2.8 tokens, all within 3 drafts
+    assert policy.confident_width(8, [[0.3]], 1.0) == 1  # 1.3 tokens do not buy a verify of 1.8 plain steps
+    # a batch: all its rows' tokens against one verify, at the batch's rate
+    assert policy.confident_width(8, [[0.95], [0.9]], 2.0) == 2
+    assert policy.confident_width(8, [[0.95], [0.2]], 2.0) == 1
 
 
 def test_eagle3_default_call_drafts_an_adaptive_chain_on_a_cpu_and_a_tree_on_a_gpu():
@@ -1052,6 +1112,17 @@ def test_the_policy_replay_scores_the_engines_policy_against_fixed_widths_withou
     # the fixed width); the second starts from its evidence and loses only its probes
     assert fixed["hard"][0] < ratios["hard"][0] < ratios["hard"][1] and 0.9 < ratios["hard"][1] < 1.0
     assert [c["category"] for c in replay.call_order(calls, "round-robin")] == ["easy", "hard", "easy", "hard"]
+    # an EAGLE-3 chain whose drafts carry their probabilities: sure and right on the easy text, unsure and wrong on
+    # the hard one. Stopping when unsure, the rounds that the hope carried from the easy text drafts on the hard one
+    # verify one row after a single draft, and the estimate still learns that such drafts are rarely kept
+    for call in calls:
+        easy = call["category"] == "easy"
+        call["eagle3"], call["eagle3_confidences"] = call.pop("dflash"), [[0.95 if easy else 0.05] * 7] * 97
+    data = {"calls": calls, "costs": {"eagle3": costs}}
+    plain = replay.replay(data, "eagle3", passes=1, noise=0.0, seed=0, order="blocks")
+    unsure = replay.replay(data, "eagle3", passes=1, noise=0.0, seed=0, order="blocks", unsure=True)
+    assert unsure["easy"] == pytest.approx(plain["easy"], rel=0.05)
+    assert unsure["hard"][0] > plain["hard"][0] + 0.1 and unsure["hard"][1] == pytest.approx(plain["hard"][1])
 
 
 def test_a_call_whose_drafts_fail_soon_outweighs_the_hope_carried_from_one_whose_drafts_were_right():

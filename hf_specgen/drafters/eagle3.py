@@ -47,6 +47,7 @@ class Eagle3ChainProposer:
 
     drafts_any_width = True  # propose(width): w - 1 drafts (the width policy)
     drafts_token_by_token = True  # one drafter forward per draft: a round of w rows costs (w - 1) / K of K drafts
+    stops_when_unsure = True  # propose(stop_below=...): see the width policy's UNSURE_STOP
 
     def __init__(self, drafter: Eagle3DraftModel, target, num_draft_tokens: int, compile_steps: bool | str):
         layers = target.config.get_text_config(decoder=True).num_hidden_layers
@@ -67,8 +68,10 @@ class Eagle3ChainProposer:
     def _step(self, token_ids, features, positions, mask):
         # token_ids [B, T]; features [B, T, n*H] or [B, T, H]; positions [B, T]; mask [B, 1, T, K]
         hidden = self.drafter(self.embed(token_ids), features, positions, self.cache, mask)  # [B, T, H]
-        draft_ids = self.drafter.draft_logits(hidden).argmax(dim=-1)  # [B, T]
-        return self.drafter.to_target_ids(draft_ids), hidden
+        logits = self.drafter.draft_logits(hidden)  # [B, T, draft_vocab]
+        draft_ids = logits.argmax(dim=-1)  # [B, T]
+        confidence = logits.float().softmax(dim=-1).amax(dim=-1)  # [B, T] the drafter's probability of its draft
+        return self.drafter.to_target_ids(draft_ids), hidden, confidence
 
     def start(self, session, prompt_features: torch.Tensor) -> None:
         self.session = session
@@ -82,7 +85,7 @@ class Eagle3ChainProposer:
 
     def _context(self, starts: torch.Tensor):
         """Bring each row's cache up to slot start-1 from the pending feature rows; returns (prediction after the
-        bonus [B], the drafter's output at slot start-1 [B, 1, H]).
+        bonus [B], the drafter's output at slot start-1 [B, 1, H], the drafter's probability of that prediction [B]).
 
         Rows of feature slot t pair with the committed token at t+1. The rows of the last verify (its first rows
         committed; a tree's come along the accepted path), a width the verify has, run as one step; any other count
@@ -94,9 +97,10 @@ class Eagle3ChainProposer:
         token_ids = session.token_block(first + 1, rows)  # [B, rows]
         last = (starts - 1 - first).clamp(0, rows - 1)[:, None]  # [B, 1] each row's last committed pending row
         if rows in self._context_widths():
-            predicted, hidden = self._context_step(token_ids, self.pending, session.position_block(first, rows),
-                                                   session.causal_mask(first, rows))  # [B, W], [B, W, H]
-            predicted = predicted.gather(1, last)[:, 0]  # a finished row's is never read
+            predicted, hidden, confidence = self._context_step(
+                token_ids, self.pending, session.position_block(first, rows), session.causal_mask(first, rows))
+            predicted, confidence = predicted.gather(1, last)[:, 0], confidence.gather(1, last)[:, 0]  # [B] each
+            # (a finished row's are never read)
             hidden = hidden.gather(1, last[:, :, None].expand(-1, -1, hidden.shape[-1]))
         else:
             if rows > 1:
@@ -105,12 +109,12 @@ class Eagle3ChainProposer:
             last_slots = first + last[:, 0]  # == starts - 1
             set_cache_length(self.cache, last_slots)
             features = self.pending.gather(1, last[:, :, None].expand(-1, -1, self.pending.shape[-1]))
-            predicted, hidden = self._context_step.eager(token_ids.gather(1, last), features,
-                                                         session.position_block(last_slots, 1),
-                                                         session.causal_mask(last_slots, 1))
-            predicted = predicted[:, 0]
+            predicted, hidden, confidence = self._context_step.eager(
+                token_ids.gather(1, last), features, session.position_block(last_slots, 1),
+                session.causal_mask(last_slots, 1))
+            predicted, confidence = predicted[:, 0], confidence[:, 0]
         set_cache_length(self.cache, starts)  # rows from slot start on were built from uncommitted tokens
-        return predicted, hidden
+        return predicted, hidden, confidence
 
     def absorb(self, features: torch.Tensor, counts: torch.Tensor) -> None:
         """Catch-up (WhiFlash): features [B, T, n*H] of each row's slots from its context start on, of which the
@@ -128,20 +132,33 @@ class Eagle3ChainProposer:
         """Pending row counts that run as one (compiled) step: the widths a verify of this proposer has."""
         return self.verify_widths
 
-    def propose(self, width: int | None = None, whole_block: bool = False) -> torch.Tensor:
+    def propose(self, width: int | None = None, whole_block: bool = False,
+                stop_below: float | None = None) -> torch.Tensor:
         """[B, w]: each row's last committed token, then w - 1 draft tokens (``width`` None or ``whole_block``:
-        K + 1, the width policy timing the whole block's drafting; the caller keeps the first w)."""
+        K + 1, the width policy timing the whole block's drafting; the caller keeps the first w).
+
+        ``stop_below``: drafting stops early, once every row's chance that all its drafts so far are right (the
+        product of the drafter's probabilities of them) is below it: the drafts past that point are unlikely to be
+        kept, and each costs a drafter forward. It reads each draft's probability on the host, so it is for CPUs,
+        where that costs nothing. ``self.confidences`` [B, n] holds the probabilities of the n drafts returned."""
         session, starts = self.session, self.session.last_slots
         n_drafts = self.num_draft_tokens if width is None or whole_block else min(width - 1, self.num_draft_tokens)
-        predicted, hidden = self._context(starts)
+        predicted, hidden, confidence = self._context(starts)
         self.drafts[:, 0] = session.token_block(starts, 1)[:, 0]
         self.drafts[:, 1] = predicted
+        confidences, all_right = [confidence], confidence  # [B] each
         for j in range(1, n_drafts):
+            if stop_below is not None and float(all_right.max()) < stop_below:
+                n_drafts = j
+                break
             slots = starts + j - 1
-            predicted, hidden = self._chain_step(self.drafts[:, j: j + 1], hidden, session.position_block(slots, 1),
-                                                 session.causal_mask(slots, 1))
+            predicted, hidden, confidence = self._chain_step(
+                self.drafts[:, j: j + 1], hidden, session.position_block(slots, 1), session.causal_mask(slots, 1))
             self.drafts[:, j + 1] = predicted[:, 0]
             hidden = hidden.clone()  # a CUDA-graph replay would overwrite it before the next step reads it
+            confidences.append(confidence[:, 0])
+            all_right = all_right * confidence[:, 0]
+        self.confidences = torch.stack(confidences[:n_drafts], dim=1)  # [B, n_drafts]
         self.forward_calls += n_drafts
         set_cache_length(self.cache, starts)  # keep rows built from real target features only
         self.context_start = starts.clone()
@@ -178,6 +195,7 @@ class Eagle3TreeProposer(Eagle3ChainProposer):
     # propose(width): the width policy's node budget for the round, drafted with min(depth, width - 1) levels (the
     # deepest node a tree of that many nodes can hold): a round's drafting costs its levels' share of the whole
     drafts_token_by_token = False
+    stops_when_unsure = False  # a tree's levels are drafted for its budget
 
     def __init__(self, drafter: Eagle3DraftModel, target, top_k: int, depth: int, total_tokens: int,
                  compile_steps: bool | str):
@@ -225,7 +243,7 @@ class Eagle3TreeProposer(Eagle3ChainProposer):
         session, k, batch = self.session, self.top_k, self.session.batch_size
         levels = self.depth if width is None or whole_block else self.levels(width)
         starts = session.last_slots  # [B]
-        _, hidden = self._context(starts)  # [B, 1, H]: the drafter's output at slot start-1
+        _, hidden, _ = self._context(starts)  # [B, 1, H]: the drafter's output at slot start-1
         logprobs = torch.log_softmax(self.drafter.draft_logits(hidden[:, 0]).float(), dim=-1)  # [B, draft_vocab]
         first_scores, first_ids = logprobs.topk(k, dim=-1)  # [B, k]
         # The candidate table (see the class docstring): score, target token and parent entry (-1 = the root).

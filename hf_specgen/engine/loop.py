@@ -38,7 +38,7 @@ from .support import (attention_layout, cache_keyword, check_target, hybrid_laye
 from .taps import decoder_layers, tapped
 from .tree import TreeProposal, accept_greedy, accept_sampling, accepted_within_budgets, compact_path
 from .verify import accept_block, check_processors, process_block_logits, target_choices
-from .width_policy import (COPIED, COPY_WIDTH, AcceptanceEstimate, CopyingWidthPolicy, RoutedWidthPolicy,
+from .width_policy import (COPIED, COPY_WIDTH, UNSURE_STOP, AcceptanceEstimate, CopyingWidthPolicy, RoutedWidthPolicy,
                            TreeAcceptanceEstimate, WidthPolicy, batch_bucket, call_acceptance, cost_key, costs_of,
                            measure_verify_costs, width_buckets)
 
@@ -409,6 +409,12 @@ class SpeculativeDecoder:
                               and not (want_scores or want_logits))
                 finished_rows = FinishedRows(session)
                 takes_width = getattr(self.proposer, "drafts_any_width", False)
+                # a chain on a CPU stops drafting when unsure, and the round verifies what its drafts are worth
+                # (WidthPolicy.confident_width; a host read per draft, which costs nothing on a CPU); not FLy, whose
+                # verifier keeps drafts exact verification would refuse
+                stops_unsure = (policy is not None and getattr(self.proposer, "stops_when_unsure", False)
+                                and session.device.type == "cpu" and self.verifier is None)
+                call_tokens, decode_started = 0, time.perf_counter()  # the call's rate so far, for confident_width
                 t1 = clock.mark()
 
                 # ---------------- decode rounds
@@ -422,6 +428,7 @@ class SpeculativeDecoder:
                     round_width = policy.choose(copying=copy_next[0]) if policy is not None else None
                     copies_alone = getattr(policy, "copies_alone", False)  # verify the copy, draft nothing
                     timing = False  # this round drafts the whole block, for the policy to time
+                    drafted = round_width != 1 and not copies_alone  # the drafter drafted this round
                     show(round_width or width)
                     if round_width == 1:  # a plain step: verify the last committed token alone, draft nothing
                         draft = session.token_block(session.last_slots, 1)
@@ -433,14 +440,28 @@ class SpeculativeDecoder:
                             draft_started = self._synced_time()
                         # [B, W] (or [W] at batch 1), or a TreeProposal; a proposer that drafts any width is told
                         # the round's (drafting as for the whole block while the policy times that)
-                        draft = (self.proposer.propose(round_width, whole_block=timing)
+                        # (not while drafting is untimed: those rounds draft whole; nor in a probe, which tests
+                        # the text at the width the policy chose: trimmed by the drafter's doubts, a probe on
+                        # GSM8K after other kinds of text passed too rarely, and drafting resumed late)
+                        unsure = stops_unsure and not policy.needs_draft_timing and not policy.probing
+                        draft = (self.proposer.propose(round_width, whole_block=timing,
+                                                       **({"stop_below": UNSURE_STOP} if unsure else {}))
                                  if round_width is not None and takes_width else self.proposer.propose())
                         if timing:
                             policy.timed_draft(self._synced_time() - draft_started)
+                        if unsure:
+                            spent = time.perf_counter() - decode_started
+                            drafted_rows = self.proposer.confidences.shape[1] + 1
+                            round_width = policy.confident_width(
+                                round_width, self.proposer.confidences[active_rows].tolist(),
+                                call_tokens / spent if call_tokens else None)
+                            if round_width != drafted_rows:
+                                policy.drafted_rows[len(stats.round_widths)] = drafted_rows
+                            show(round_width)
                         if round_width is not None and not isinstance(draft, TreeProposal):
                             draft = (draft if draft.dim() == 2 else draft[None])[:, :round_width]
-                        if (lookup is not None and not isinstance(draft, TreeProposal)
-                                and getattr(policy, "overlays_copies", True)):
+                        if (lookup is not None and not isinstance(draft, TreeProposal) and round_width != 1
+                                and getattr(policy, "overlays_copies", True)):  # (a drafted round verifying 1 row)
                             draft = lookup.overlay(draft if draft.dim() == 2 else draft[None], session)
                             looked_up = True
                     r1 = clock.mark()
@@ -469,19 +490,21 @@ class SpeculativeDecoder:
                     if features is not None and trims_context and not self.compile_steps:
                         # Eager steps take any number of context rows: hand over only up to the longest commit.
                         features = features[:, : max(1, max(numbers[2][b] + 1 for b in active_rows))]
-                    if round_width == 1:
-                        self.proposer.commit_plain(features, counts)
-                    elif copies_alone:  # the drafter catches up on the committed rows, as after plain steps
+                    if copies_alone:  # the drafter catches up on the committed rows, as after plain steps
                         rows = numbers[2][0] + 1
                         self.proposer.commit_plain(features[:, :rows] if features is not None else None, counts, rows)
-                    else:
+                    elif not drafted:
+                        self.proposer.commit_plain(features, counts)
+                    else:  # (a round that drafted and then verified one row too: its drafter moves on as after any)
                         self.proposer.commit(features, counts)
                     if policy is not None:
                         # a round in which a row stopped (EOS, max_new_tokens) may have committed fewer tokens than
                         # it accepted: no measure of what its width delivers
                         # (nor a round that drafted the whole block for the policy's timing)
+                        # (nor one whose drafts outnumber its verified rows: its clock is no round of its width)
                         seconds = time.perf_counter() - round_started if (
-                            len(still_active) == len(active_rows) and not timing) else None
+                            len(still_active) == len(active_rows) and not timing
+                            and len(stats.round_widths) not in getattr(policy, "drafted_rows", ())) else None
                         if timing:
                             policy.whole_block_rounds.add(len(stats.round_widths))
                         if refed:
@@ -505,6 +528,7 @@ class SpeculativeDecoder:
                                     *([[numbers[i][b] for b in active_rows] for i in (3, 4)]
                                       if result.mismatches is not None else []))
                     stats.round_batch_sizes.append(session.batch_size)
+                    call_tokens += sum(numbers[2][b] + 1 for b in active_rows)
                     rounds.append((r0, r1, r2, clock.mark()))
                     active_rows = still_active
                     if drops_rows and 0 < len(active_rows) < session.batch_size:

@@ -110,6 +110,14 @@ GAIN_DECAY = 0.9
 # copy of a quoted passage runs on for many tokens where a drafter's guesses do not.
 COPIED = "copied"
 COPY_WIDTH = 16  # the widest verify of copied tokens alone (CopyingWidthPolicy), whatever the drafter's block
+# A drafter that drafts token by token (an EAGLE-3 chain) on a CPU stops drafting once the chance that all its drafts
+# so far are right (the product of its probabilities of them) is below UNSURE_STOP, and the round then verifies the
+# width that pays for those drafts (WidthPolicy.confident_width). The average acceptance of each slot is all the
+# policy knows before a round; the drafter's own probabilities say which rounds are the likely ones, and they track
+# acceptance closely (SmolLM2's EAGLE-3 drafter: drafts at probability 0.5-0.6 were kept 53% of the time, at 0.9+
+# 93%). Replayed on the real target's benchmark answers (docs/width-policy.md, "Drafts that stop when unsure"), 0.5
+# beat 0.3-0.6 and raised every category; it needs a host read per draft, which only a CPU gives for free.
+UNSURE_STOP = 0.5
 
 
 def width_buckets(max_width: int, compiled: bool) -> tuple[int, ...]:
@@ -282,6 +290,18 @@ class AcceptanceEstimate:
                 self.reached[k] += 1
                 self.accepted[k] += k <= a
 
+    def observe_unverified(self, first_draft_probabilities: list[float]) -> None:
+        """A round that drafted but verified no draft (none was worth its verify: WidthPolicy.confident_width): each
+        row's first slot counts as reached and accepted as often as the drafter's probability of its draft says
+        (a round that left the estimate as it was would let a text of unsure drafts draft on forever; one counted
+        as a failed draft would stop drafting where unsure rounds are common but the sure ones pay, as on GSM8K)."""
+        for k in range(1, len(self.reached)):
+            self.reached[k] *= ACCEPTANCE_DECAY
+            self.accepted[k] *= ACCEPTANCE_DECAY
+        for p in first_draft_probabilities:
+            self.reached[1] += 1
+            self.accepted[1] += p
+
     @property
     def shape(self) -> tuple:
         return ("block", len(self.reached))
@@ -427,6 +447,9 @@ class WidthPolicy:
         self.draft_timings: list[float] = []
         self.whole_block_rounds: set[int] = set()  # the call's rounds that drafted the whole block (timing it)
         self.refed_rounds: set[int] = set()  # the call's rounds that re-fed a recurrent target (expected_refeed)
+        # the call's rounds whose drafter drafted another count of rows than they verified (a chain that stopped
+        # unsure, then verified fewer: confident_width): round -> the rows drafted, the root included
+        self.drafted_rows: dict[int, int] = {}
         # width -> seconds of its last whole rounds in this call: what a round of that width costs on this machine
         # now, whatever the costs measured once say
         self.clocked: dict[int, deque] = {}
@@ -508,6 +531,34 @@ class WidthPolicy:
 
     def skip_round(self) -> None:
         """A round of the call this policy did not choose (another policy of a CopyingWidthPolicy did)."""
+
+    def confident_width(self, chosen: int, confidences: list[list[float]], call_rate: float | None) -> int:
+        """The width to verify once the round has drafted: ``confidences`` [rows][n] are the drafter's probabilities
+        of each row's n drafts (n <= chosen - 1, fewer where drafting stopped unsure). A width w of at most n + 1 rows
+        commits, per row, 1 + sum_k prod_{j<=k} p_j tokens in expectation (the probabilities standing in for the
+        acceptance rates); the drafting is spent, so the round verifies the width whose expected tokens exceed what
+        its verify's seconds would commit at the call's rate so far (``call_rate``: the tokens of all the rows per
+        second; a plain step's rate before any) by the most: a round worth 1.3 tokens does not buy a 4-row verify
+        that costs two plain steps. Width 1 verifies the round's last committed token alone, as a plain step."""
+        rate = call_rate or len(confidences) / self.round_seconds(1)  # tokens of all the rows per second
+        drafted = min(len(row) for row in confidences) if confidences else 0
+
+        def expected(width: int) -> float:
+            total = 0.0
+            for row in confidences:
+                reach = 1.0
+                total += 1.0
+                for p in row[: width - 1]:
+                    reach *= p
+                    total += reach
+            return total
+
+        candidates = [w for w in self.widths if w <= min(chosen, drafted + 1)]
+        # a round's seconds less its drafting: the verify as this call's clocks see it (or the model's figure)
+        width = max(candidates, key=lambda w: expected(w) - rate * (self.round_seconds(w) - self.draft_cost(w)))
+        if width == 1:  # no draft worth its verify: the estimate still learns what the drafter expected
+            self.acceptance.observe_unverified([row[0] for row in confidences])
+        return width
 
     def best_drafting_width(self) -> int:
         """The drafting width (more than one row) with the most expected tokens per second, within reach."""
@@ -631,9 +682,10 @@ class WidthPolicy:
             width = round_widths[i]
             if i not in self.refed_rounds:
                 verify.setdefault(width, []).append(round_seconds[i] - round_draft_seconds[i])
-            if width > 1 and i > 0 and self.drafts:  # as the whole block's drafting (a narrow round drafts less)
+            drafted = self.drafted_rows.get(i, width)
+            if drafted > 1 and i > 0 and self.drafts:  # as the whole block's drafting (a narrow round drafts less)
                 seconds = round_draft_seconds[i]
-                whole = seconds if i in self.whole_block_rounds else self.whole_block_draft(width, seconds)
+                whole = seconds if i in self.whole_block_rounds else self.whole_block_draft(drafted, seconds)
                 draft.setdefault(width, []).append(whole)
         drafts = [t for times in draft.values() for t in times]
         for width, times in verify.items():
@@ -672,12 +724,19 @@ class PolicyOfPolicies:
     def needs_draft_timing(self) -> bool:
         return self.current.needs_draft_timing
 
+    @property
+    def probing(self) -> str | None:
+        return getattr(self.current, "probing", None)
+
     def timed_draft(self, seconds: float) -> None:
         self.current.timed_draft(seconds)
 
     def observe(self, width: int, accepted_per_row: list[int], seconds: float | None = None, within=None,
                 rows: int | None = None) -> None:
         self.current.observe(width, accepted_per_row, seconds, within, rows)
+
+    def confident_width(self, chosen: int, confidences: list[list[float]], call_rate: float | None) -> int:
+        return self.current.confident_width(chosen, confidences, call_rate)
 
 
 class RoutedWidthPolicy(PolicyOfPolicies):
@@ -813,6 +872,7 @@ class CopyingWidthPolicy(PolicyOfPolicies):
         copy.clocked[1] = first.clocked.setdefault(1, deque(maxlen=CLOCKED_ROUNDS))
         self.whole_block_rounds, self.refed_rounds = drafter.whole_block_rounds, drafter.refed_rounds
         copy.whole_block_rounds, copy.refed_rounds = self.whole_block_rounds, self.refed_rounds
+        self.drafted_rows = getattr(drafter, "drafted_rows", {})
         self.current = drafter
         self.copies_alone = False
         self.overlays_copies = True

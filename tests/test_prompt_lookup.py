@@ -319,10 +319,11 @@ def test_after_rounds_of_copies_alone_the_drafter_drafts_from_the_whole_context(
     from hf_specgen.drafters.eagle3 import Eagle3ChainProposer
     from hf_specgen.engine.width_policy import CopyingWidthPolicy, RoutedWidthPolicy, WidthPolicy
     from test_eagle3 import _reference_chain
-    from test_width_policy import _record_single_row_proposals
+    from test_width_policy import _record_single_row_proposals, any_confident_width
 
     rng = random.Random(12)
     monkeypatch.setattr(WidthPolicy, "choose", lambda self, copying=False: rng.choice(self.widths))
+    monkeypatch.setattr(WidthPolicy, "confident_width", any_confident_width(rng))
     monkeypatch.setattr(RoutedWidthPolicy, "_drafter_for",
                         lambda self, vote, context: (rng.choice(sorted(self.policies)), False))
     monkeypatch.setattr(CopyingWidthPolicy, "_copy_leads", lambda self: rng.random() < 0.6)

@@ -23,15 +23,20 @@ from test_batch import padded_batch
 from test_dflash_tree import most_probable_prefixes, tree_paths
 
 
+def any_confident_width(rng: random.Random):
+    """A ``WidthPolicy.confident_width`` drawn at random: a chain that stopped drafting when unsure verifies any width
+    its drafts fill (one row included)."""
+    return lambda self, chosen, confidences, rate: rng.choice(
+        [w for w in self.widths if w <= min(chosen, min(map(len, confidences)) + 1)])
+
+
 @pytest.fixture
 def random_widths(monkeypatch):
     """Every round takes a width drawn at random among the policy's buckets (plain steps included), and WhiFlash's
     default call a drafter drawn at random."""
     rng = random.Random(3)
     monkeypatch.setattr(WidthPolicy, "choose", lambda self, copying=False: rng.choice(self.widths))
-    # a chain that stopped drafting when unsure verifies any width its drafts hold (one row included)
-    monkeypatch.setattr(WidthPolicy, "confident_width", lambda self, chosen, confidences, rate: rng.choice(
-        [w for w in self.widths if w <= min(chosen, min(map(len, confidences)) + 1)]))
+    monkeypatch.setattr(WidthPolicy, "confident_width", any_confident_width(rng))
     monkeypatch.setattr(width_policy.RoutedWidthPolicy, "_drafter_for",
                         lambda self, vote, context: (rng.choice(sorted(self.policies)), False))
     return rng

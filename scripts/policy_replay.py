@@ -12,6 +12,10 @@ acceptance at its start allows within its width and costs what the measured tabl
 the categories in turns). The ratio is stock's decode time (one plain step per token) over the policy's; prefill is
 left out of both.
 
+The data also hold the drafter's probability of every draft (files measured before 2026-11-28 do not): where they
+are there, EAGLE-3's replay stops its chain when unsure and verifies ``WidthPolicy.confident_width``'s choice, as the
+engine does on a CPU, and prints the replay without that beside it (and DFlash's with it, drafting its whole block).
+
 Variants set the module's constants: ``--variant carried4=CARRIED_WEIGHT:4``.
 
     python scripts/policy_replay.py --per-category 4 --threads 2 --variant carried4=CARRIED_WEIGHT:4

@@ -863,7 +863,7 @@ def test_a_chain_on_a_cpu_stops_drafting_when_unsure_and_verifies_what_its_draft
                                prompt_lookup=False)
         assert len(rounds) > single  # the rounds that drafted chose their width from the drafts' probabilities
     stopped = 0
-    for i, (chosen, confidences, width) in enumerate(rounds):
+    for chosen, confidences, width in rounds:
         drafts = len(confidences[0])
         assert all(len(row) == drafts for row in confidences) and 1 <= drafts <= chosen - 1
         assert all(0.0 < p <= 1.0 for row in confidences for p in row)

@@ -429,6 +429,7 @@ class SpeculativeDecoder:
                     copies_alone = getattr(policy, "copies_alone", False)  # verify the copy, draft nothing
                     timing = False  # this round drafts the whole block, for the policy to time
                     drafted = round_width != 1 and not copies_alone  # the drafter drafted this round
+                    trimmed = False  # it drafted more rows than the round verifies (a chain that stopped unsure)
                     show(round_width or width)
                     if round_width == 1:  # a plain step: verify the last committed token alone, draft nothing
                         draft = session.token_block(session.last_slots, 1)
@@ -455,7 +456,8 @@ class SpeculativeDecoder:
                             round_width = policy.confident_width(
                                 round_width, self.proposer.confidences[active_rows].tolist(),
                                 call_tokens / spent if call_tokens else None)
-                            if round_width != drafted_rows:
+                            trimmed = round_width != drafted_rows
+                            if trimmed:
                                 policy.drafted_rows[len(stats.round_widths)] = drafted_rows
                             show(round_width)
                         if round_width is not None and not isinstance(draft, TreeProposal):
@@ -503,8 +505,7 @@ class SpeculativeDecoder:
                         # (nor a round that drafted the whole block for the policy's timing)
                         # (nor one whose drafts outnumber its verified rows: its clock is no round of its width)
                         seconds = time.perf_counter() - round_started if (
-                            len(still_active) == len(active_rows) and not timing
-                            and len(stats.round_widths) not in getattr(policy, "drafted_rows", ())) else None
+                            len(still_active) == len(active_rows) and not timing and not trimmed) else None
                         if timing:
                             policy.whole_block_rounds.add(len(stats.round_widths))
                         if refed:

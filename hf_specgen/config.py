@@ -61,8 +61,9 @@ class SpeculativeConfig:
     adaptive_width: each round verifies the width that pays (the engine's width policy): a prefix of the DFlash block
                    or of the draft LM's / EAGLE-3 chain's tokens, an EAGLE-3 or DFlash tree's node budget, or a
                    plain one-token step when no draft pays, from the target's measured verify costs and the
-                   drafter's running acceptance (an EAGLE-3 chain on a CPU also stops drafting when unsure and
-                   verifies what its drafts' probabilities say they are worth: UNSURE_STOP). None = on for
+                   drafter's running acceptance (on a CPU a drafter that drafts token by token, an EAGLE-3 chain,
+                   WhiFlash's EAGLE-3 rounds or a draft LM, also stops drafting when unsure and verifies what its
+                   drafts' probabilities say they are worth: UNSURE_STOP). None = on for
                    "dflash" blocks unless block_size is given, for "classic" unless
                    num_draft_tokens or draft_confidence_threshold is, for "eagle3" unless its width is
                    (num_draft_tokens for a chain, eagle_total_tokens for a tree), for "whiflash" (a plain step

@@ -67,6 +67,13 @@ def _speculative_config(kwargs: dict, generation_config) -> SpeculativeConfig | 
     return SpeculativeConfig(**{**base, **{k: v for k, v in flat.items() if v is not None}})
 
 
+def stops_when_unsure(target, spec: SpeculativeConfig) -> bool:
+    """Whether a token-by-token drafter (an EAGLE-3 chain, a draft LM) stops drafting when unsure: in the default call
+    on a CPU (a host read per draft, which costs nothing there), not under FLy, whose verifier keeps drafts exact
+    verification would refuse (see the width policy's UNSURE_STOP)."""
+    return spec.adapts_width and spec.mode != "fly" and target.device.type == "cpu"
+
+
 def _eagle3_proposer(drafter, target, spec: SpeculativeConfig, compile_steps: bool | str):
     """A dynamic tree (eagle_top_k > 1, not under FLy, whose rule is written for chains) or a chain."""
     top_k = spec.eagle_shape(target.device.type)
@@ -76,7 +83,8 @@ def _eagle3_proposer(drafter, target, spec: SpeculativeConfig, compile_steps: bo
                              "and eagle_total_tokens.")
         return Eagle3TreeProposer(drafter, target, top_k, spec.eagle_depth, spec.tree_budget(top_k),
                                   compile_steps)
-    return Eagle3ChainProposer(drafter, target, spec.draft_tokens(), compile_steps)
+    return Eagle3ChainProposer(drafter, target, spec.draft_tokens(), compile_steps,
+                               stops_when_unsure=stops_when_unsure(target, spec))
 
 
 def _build_proposer(target, assistant_model, spec: SpeculativeConfig, compile_steps: bool | str):
@@ -110,7 +118,8 @@ def _build_proposer(target, assistant_model, spec: SpeculativeConfig, compile_st
         return _eagle3_proposer(assistant_model, target, spec, compile_steps)
     use_ngram = spec.mode == "fly" and spec.fly_ngram is not False
     return DraftModelProposer(assistant_model, target, spec.draft_tokens(), compile_steps, ngram=use_ngram,
-                              confidence_threshold=spec.draft_confidence_threshold)
+                              confidence_threshold=spec.draft_confidence_threshold,
+                              stops_when_unsure=stops_when_unsure(target, spec))
 
 
 def _check_drafter(target, assistant_model, spec: SpeculativeConfig) -> None:

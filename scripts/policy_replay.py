@@ -16,7 +16,9 @@ The data also hold the drafter's probability of every draft (files measured befo
 are there, EAGLE-3's replay stops its chain when unsure and verifies ``WidthPolicy.confident_width``'s choice, as the
 engine does on a CPU, and prints the replay without that beside it (and DFlash's with it, drafting its whole block).
 
-Variants set the module's constants: ``--variant carried4=CARRIED_WEIGHT:4``.
+Variants set the module's constants: ``--variant carried4=CARRIED_WEIGHT:4``. ``--costs FILE`` replays the same
+calls under another cost table (this machine's, in ``--costs-dtype``, measured into FILE when it does not exist):
+the drafters' acceptance barely depends on the machine, the costs do.
 
     python scripts/policy_replay.py --per-category 4 --threads 2 --variant carried4=CARRIED_WEIGHT:4
 """
@@ -86,10 +88,7 @@ def eagle3_acceptance(drafter, target, example, pad_id: int, depth: int) -> tupl
 def measure(args) -> dict:
     """Stock's answers, each drafter's acceptance after every answer token, and the policy's measured costs."""
     torch.set_num_threads(args.threads)
-    path = resolve_target(args.target)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval())
-    drafters = {mode: hf_specgen.load_drafter(folder, dtype=torch.float32).eval() for mode, folder in DRAFTERS.items()}
+    target, tokenizer, drafters = load_models(args, torch.float32)
     prompts = pick_prompts(["specbench", "humaneval"], args.per_category, args.seed)
     calls = []
     for n, record in enumerate(prompts):
@@ -103,6 +102,11 @@ def measure(args) -> dict:
                       "eagle3": eagle3, "dflash_confidences": dflash_confidences,
                       "eagle3_confidences": eagle3_confidences})
         print(f"{n + 1}/{len(prompts)} {record['category']}: {len(answer)} tokens", flush=True)
+    return {"calls": calls, "costs": measure_costs(target, tokenizer, drafters)}
+
+
+def measure_costs(target, tokenizer, drafters: dict) -> dict:
+    """Each drafter's cost table as the engine measures and learns it in one default call on this machine."""
     tables = {}
     for mode, drafter in drafters.items():  # one default call each: the costs the engine measures and learns
         before = set(width_policy.costs_of(target).tables)
@@ -114,7 +118,15 @@ def measure(args) -> dict:
         # (widest: the widest round of this timing call, for the record; the replay's widths are the table's)
         tables[mode] = {"verify": {str(w): s for w, s in table.verify.items()}, "draft": table.draft,
                         "draft_head": table.draft_head, "widest": max(out.speculative_stats.round_widths)}
-    return {"calls": calls, "costs": tables}
+    return tables
+
+
+def load_models(args, dtype: torch.dtype):
+    path = resolve_target(args.target)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval())
+    drafters = {mode: hf_specgen.load_drafter(folder, dtype=dtype).eval() for mode, folder in DRAFTERS.items()}
+    return target, tokenizer, drafters
 
 
 def call_order(calls: list[dict], order: str) -> list[dict]:
@@ -212,6 +224,11 @@ def main() -> None:
     parser.add_argument("--order", choices=("blocks", "round-robin"), default="blocks",
                         help="the calls in the benchmark's order, or one category after another in turns")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=CONST:VALUE[,CONST:VALUE]")
+    parser.add_argument("--costs", metavar="COSTS.json",
+                        help="replay with this cost table instead of the data's (another machine's or dtype's): "
+                             "measured here with --costs-dtype and written there if the file does not exist")
+    parser.add_argument("--costs-dtype", choices=("fp32", "auto"), default="auto",
+                        help="the dtype a new --costs file is measured in (auto: bf16 on a CPU with bf16 units)")
     args = parser.parse_args()
     data_path = Path(args.data)
     if data_path.exists():
@@ -220,6 +237,14 @@ def main() -> None:
         data = measure(args)
         data_path.parent.mkdir(parents=True, exist_ok=True)
         data_path.write_text(json.dumps(data))
+    if args.costs:
+        costs_path = Path(args.costs)
+        if not costs_path.exists():
+            torch.set_num_threads(args.threads)
+            dtype = torch.float32 if args.costs_dtype == "fp32" else hf_specgen.auto_dtype()
+            target, tokenizer, drafters = load_models(args, dtype)
+            costs_path.write_text(json.dumps({**measure_costs(target, tokenizer, drafters), "dtype": str(dtype)}))
+        data["costs"] = {k: v for k, v in json.loads(costs_path.read_text()).items() if k in DRAFTERS}
     for mode, costs in data["costs"].items():
         plain = costs["verify"]["1"]
         print(f"{mode}: plain step {plain * 1e3:.1f} ms; verify / plain "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import random
 import statistics
+import types
 
 import pytest
 import torch
@@ -262,15 +263,17 @@ def test_plain_steps_while_every_draft_is_wrong_then_drafting_once_drafts_are_ri
     lengths = prompt.shape[1] + 1 + torch.tensor([0] + stats.acceptance_lengths[:-1]).cumsum(0)  # before each round
     before = [w for w, n in zip(stats.round_widths, lengths.tolist()) if n < switch_at]
     after = [w for w, n in zip(stats.round_widths, lengths.tolist()) if n >= switch_at]
-    # While every draft is wrong: almost only plain steps, with probes growing apart (8, 16, 32 plain rounds).
-    assert before.count(1) >= 0.85 * len(before)
+    # While every draft is wrong: mostly plain steps, with probes more than 8 plain rounds apart; a probe here costs
+    # only its drafting, 0.1 plain steps, so the back-off stops at 10 plain rounds (a failed probe wastes 1/96 of
+    # them: longest_probe_gap), where probes that cost more back off to 64 (test_policy_probes_back_off_and_return)
+    assert before.count(1) >= 0.8 * len(before)
     first_plain = before.index(1)
     assert first_plain <= 8
     probes = [i for i, w in enumerate(before) if w > 1 and i > first_plain]
-    assert len(probes) >= 2 and all(b - a > 8 for a, b in zip(probes, probes[1:]))
+    assert len(probes) >= 4 and all(8 < b - a <= 11 for a, b in zip(probes, probes[1:]))
     # Once drafts are right, the next probe brings drafting back at the full block, and it stays.
     first_drafting = next(i for i, w in enumerate(after) if w > 1)
-    assert first_drafting <= 64 and after[first_drafting + 1:].count(8) >= 0.8 * len(after[first_drafting + 1:])
+    assert first_drafting <= 11 and after[first_drafting + 1:].count(8) >= 0.8 * len(after[first_drafting + 1:])
     assert max(stats.acceptance_lengths) == 8
 
 
@@ -417,14 +420,16 @@ def _choices_while_every_draft_fails(policy: WidthPolicy, rounds: int) -> list[i
 
 
 def test_policy_probes_back_off_and_return():
-    """The schedule itself: plain steps when drafts fail, probes after 8, 16, 32, 64, 64 ... plain rounds, and
-    drafting as soon as a probe's drafts are accepted."""
+    """The schedule itself: plain steps when drafts fail, probes after 8, 16, then every 24 plain rounds (the
+    back-off stops where a failed probe, 0.25 plain steps more than a plain round here, wastes 1/96 of the plain
+    rounds between: longest_probe_gap; a dearer probe backs off to 64, see the test below), and drafting as soon as a
+    probe's drafts are accepted."""
     policy = WidthPolicy((1, 2, 4, 8), CostTable({1: 1.0, 2: 1.05, 4: 1.1, 8: 1.3}, draft=0.2), AcceptanceEstimate(8))
     choices = _choices_while_every_draft_fails(policy, 300)
     drafted = [i for i, w in enumerate(choices) if w > 1]
     assert drafted[:2] == [0, 1]  # the even prior drafts until the failures outweigh it
     gaps = [b - a - 1 for a, b in zip(drafted[1:], drafted[2:])]  # plain rounds between probes
-    assert gaps[:4] == [8, 16, 32, 64] and set(gaps[4:]) == {64}
+    assert policy.longest_probe_gap() == 24 and gaps[:3] == [8, 16, 24] and set(gaps[3:]) == {24}
     while (width := policy.choose()) == 1:
         pass
     assert width == 2  # the widest width costing at most 1.25 plain steps
@@ -479,11 +484,12 @@ def _call_after_failing_drafts():
 
 def test_the_next_call_goes_on_from_the_probe_gap_reached():
     """A drafter whose probes keep failing on this target: the next call (a new prompt) opens with one probe, then
-    waits the backed-off 64 plain rounds before the next, not 8 again; the failed opening probe does not widen it."""
+    waits the backed-off gap (24 plain rounds, the longest a probe this cheap waits) before the next, not 8 again;
+    the failed opening probe does not widen it."""
     second = _call_after_failing_drafts()
     choices = _choices_while_every_draft_fails(second, 150)
     drafted = [i for i, w in enumerate(choices) if w > 1]
-    assert drafted[:3] == [0, 65, 130]
+    assert drafted[:3] == [0, 25, 50]
 
 
 def _calls_that_open_with_a_probe(costs: CostTable, calls: int, drafts_right_in: tuple[int, ...] = ()) -> list[int]:
@@ -835,17 +841,32 @@ def test_tree_budgets_follow_what_each_budget_would_have_kept():
     assert first <= 64 and after[first + 1:].count(1) <= 0.1 * len(after[first + 1:]) and max(after) >= 8
 
 
-def test_a_chain_on_a_cpu_stops_drafting_when_unsure_and_verifies_what_its_drafts_are_worth(monkeypatch):
-    """The default EAGLE-3 call on a CPU drafts its chain until every row's chance that all its drafts are right
-    (the product of the drafter's probabilities) falls below UNSURE_STOP, then verifies the width whose expected
-    tokens beat what its verify's time would commit at the call's rate. The tokens stay stock greedy's."""
-    from hf_specgen.engine.width_policy import UNSURE_STOP
+def _unsure_drafter(mode: str, target):
+    """A drafter for ``mode`` whose drafts' probabilities spread from near 0 to near 1 (its head's weights scaled)."""
     from test_eagle3 import make_eagle3
 
-    target = make_target("llama", seed=4)
-    drafter = make_eagle3(target, draft_vocab=128)
+    if mode == "classic":
+        drafter = make_target("llama", seed=5, num_hidden_layers=1)
+        with torch.no_grad():
+            drafter.get_output_embeddings().weight.mul_(30)
+        return drafter
+    eagle = make_eagle3(target, draft_vocab=128)
     with torch.no_grad():
-        drafter.lm_head.weight.mul_(3)  # probabilities of its drafts from near 0 to near 1
+        eagle.lm_head.weight.mul_(3)
+    return eagle if mode == "eagle3" else hf_specgen.WhiFlash(ar=eagle, parallel=make_dflash(target, block_size=8),
+                                                              router="random")
+
+
+@pytest.mark.parametrize("mode", ["eagle3", "classic", "whiflash"])
+def test_a_token_by_token_drafter_on_a_cpu_stops_drafting_when_unsure(mode, monkeypatch):
+    """The default call of a drafter that drafts token by token (an EAGLE-3 chain, a draft LM, WhiFlash's EAGLE-3
+    rounds) on a CPU drafts until every row's chance that all its drafts are right (the product of the drafter's
+    probabilities) falls below UNSURE_STOP, then verifies the width confident_width picks from them. The tokens stay
+    stock greedy's, at batch 1 and 3."""
+    from hf_specgen.engine.width_policy import UNSURE_STOP
+
+    target = make_target("llama", seed=4)
+    drafter = _unsure_drafter(mode, target)
     original, rounds = WidthPolicy.confident_width, []
     choices = random.Random(3)  # a drafter this young gets plain steps: the rounds' widths drawn at random instead
     monkeypatch.setattr(WidthPolicy, "choose", lambda self, copying=False: choices.choice(self.widths))
@@ -859,9 +880,12 @@ def test_a_chain_on_a_cpu_stops_drafting_when_unsure_and_verifies_what_its_draft
     rng = random.Random(8)
     for lengths, new in (([19], 60), ([7, 15, 2], 40)):
         single = len(rounds)
-        _exact_on_padded_batch(target, rng, lengths, new, assistant_model=drafter, speculative_mode="eagle3",
-                               prompt_lookup=False)
+        out = _exact_on_padded_batch(target, rng, lengths, new, assistant_model=drafter, speculative_mode=mode,
+                                     prompt_lookup=False)
         assert len(rounds) > single  # the rounds that drafted chose their width from the drafts' probabilities
+        if mode == "whiflash":  # EAGLE-3's rounds only: DFlash drafts its block in one forward
+            drafters = out.speculative_stats.drafter_per_round
+            assert "dflash" in drafters and len(rounds) - single <= drafters.count("eagle3")
     stopped = 0
     for chosen, confidences, width in rounds:
         drafts = len(confidences[0])
@@ -874,9 +898,13 @@ def test_a_chain_on_a_cpu_stops_drafting_when_unsure_and_verifies_what_its_draft
             if drafts < chosen - 1:
                 stopped += 1
                 assert math.prod(row) < UNSURE_STOP  # and it stopped only once it was not
-    assert stopped >= 2 and len({width for _, _, width in rounds}) >= 3
+    assert stopped >= 2 and len({width for _, _, width in rounds}) >= 2
 
-    # the width: expected tokens against the verify's time at the call's rate (here one token a second)
+
+def test_the_confident_width_weighs_expected_tokens_against_the_verify_at_the_calls_rate():
+    """Once a chain has drafted, the round verifies the width whose expected tokens (1 + the running products of the
+    drafts' probabilities, per row) beat what its verify's time would commit at the call's rate by the most; here
+    one token a second."""
     policy = WidthPolicy((1, 2, 4, 8), CostTable({1: 1.0, 2: 1.8, 4: 1.85, 8: 2.1}, draft=0.35),
                          AcceptanceEstimate(8), draft_share=lambda w: (w - 1) / 7)
     assert policy.confident_width(8, [[0.97] * 7], 1.0) == 8  # likely drafts: the whole chain
@@ -886,6 +914,34 @@ def test_a_chain_on_a_cpu_stops_drafting_when_unsure_and_verifies_what_its_draft
     # a batch: all its rows' tokens against one verify, at the batch's rate
     assert policy.confident_width(8, [[0.95], [0.9]], 2.0) == 2
     assert policy.confident_width(8, [[0.95], [0.2]], 2.0) == 1
+
+
+def test_drafts_probabilities_are_computed_only_where_a_chain_stops_when_unsure():
+    """A drafter step's softmax over its vocabulary is work on the hot path: only the default call on a CPU reads
+    it (not a fixed chain, FLy, a tree, nor a GPU's call)."""
+    from hf_specgen.config import SpeculativeConfig
+    from hf_specgen.drafters.eagle3 import Eagle3ChainProposer
+    from hf_specgen.mixin import _build_proposer, stops_when_unsure
+    from test_eagle3 import make_eagle3
+
+    target = make_target("llama", seed=4)
+    eagle, small = make_eagle3(target), make_target("llama", seed=5, num_hidden_layers=1)
+
+    def built(drafter, **config):
+        return _build_proposer(target, drafter, SpeculativeConfig(**config), False)
+
+    assert built(eagle, mode="eagle3").stops_when_unsure and built(small, mode="classic").stops_when_unsure
+    for drafter, config in ((eagle, dict(mode="eagle3", num_draft_tokens=4)), (eagle, dict(mode="fly")),
+                            (eagle, dict(mode="eagle3", eagle_top_k=3, eagle_depth=3)),
+                            (small, dict(mode="classic", num_draft_tokens=4)), (small, dict(mode="fly"))):
+        assert not getattr(built(drafter, **config), "stops_when_unsure", False), config
+    on_gpu = types.SimpleNamespace(device=torch.device("cuda"))  # the rule reads the target's device only
+    assert not stops_when_unsure(on_gpu, SpeculativeConfig(mode="classic"))
+    assert stops_when_unsure(types.SimpleNamespace(device=torch.device("cpu")), SpeculativeConfig(mode="classic"))
+    chain = Eagle3ChainProposer(eagle, target, 4, False)  # built without it: its steps return no probability
+    assert chain.stops_when_unsure is False
+    with pytest.raises(ValueError, match="stops_when_unsure"):
+        chain.propose(4, stop_below=0.5)
 
 
 def test_eagle3_default_call_drafts_an_adaptive_chain_on_a_cpu_and_a_tree_on_a_gpu():
@@ -931,6 +987,7 @@ def test_whiflash_default_call_is_exact_under_any_widths_and_plain_steps_reach_b
     eagle = make_eagle3(target, draft_vocab=128)
     bundle = hf_specgen.WhiFlash(ar=eagle, parallel=make_dflash(target, block_size=8), router="random")
     rng = random.Random(8)
+    one_row = set()  # the drafters of the rounds that verified one row
     with pytest.MonkeyPatch.context() as patch:
         seen = _record_single_row_proposals(patch, Eagle3ChainProposer)
         for lengths, new in (([17], 40), ([6, 13, 2], 30)):
@@ -938,7 +995,11 @@ def test_whiflash_default_call_is_exact_under_any_widths_and_plain_steps_reach_b
                                          speculative_mode="whiflash", prompt_lookup=False)  # drafters, plain steps
             stats = out.speculative_stats
             assert set(stats.drafter_per_round) == {"eagle3", "dflash", "plain"}
-            assert [w == 1 for w in stats.round_widths] == [d == "plain" for d in stats.drafter_per_round]
+            assert all(w == 1 for w, d in zip(stats.round_widths, stats.drafter_per_round) if d == "plain")
+            one_row |= {d for w, d in zip(stats.round_widths, stats.drafter_per_round) if w == 1}
+    # besides plain steps, EAGLE-3 rounds whose chain stopped unsure and then verified its root alone (DFlash's block
+    # is one forward: it never stops unsure)
+    assert one_row == {"plain", "eagle3"}
     assert len(seen) > 3
     for committed, drafts in seen:
         assert drafts[0, 1:].tolist() == _reference_chain(target, eagle, committed, drafts.shape[1] - 1)

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from ..engine.cache import CachePool, set_cache_length
 from ..engine.graphs import StepRunner
-from ..engine.proposer import keep_batch_rows
+from ..engine.proposer import PendingContextRows, keep_batch_rows
 from ..engine.tree import TreeProposal, best_nodes_tree
 from ..models.dflash import DFlashDraftModel
 
@@ -93,7 +93,7 @@ class DraftHead:
         return columns if self.draft_vocab is None else self.draft_vocab[columns]
 
 
-class DFlashProposer:
+class DFlashProposer(PendingContextRows):
     takes_any_context_rows = True  # its mask hides the uncommitted rows, however many come
     drafts_any_width = True  # propose(width): the lm_head runs over the verified prefix only
     drafts_head_by_width = True  # so a narrower round drafts for less (the width policy times that lm_head once)
@@ -192,7 +192,7 @@ class DFlashProposer:
         if self.pending_counts is not None:
             self.absorb(self.pending, self.pending_counts)
             self.pending_counts = None
-        self.pending = torch.cat([self.pending, verify_features], dim=1)  # [B, C+rows, n_taps*H]
+        self.append_pending(verify_features)  # [B, C+rows, n_taps*H] once read
 
     def keep_rows(self, rows: list[int]) -> None:
         keep_batch_rows(self, ("pending", "pending_counts", "context_start", "block_ids"), rows)

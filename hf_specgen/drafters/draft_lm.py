@@ -8,7 +8,10 @@ Round r, with ``start`` = slot of the last committed token and K = num_draft_tok
      assisted-generation heuristic) a batch row stops drafting once the draft model's top probability falls below
      it and repeats its last draft from there (any token is a valid draft: acceptance stops at the first token the
      target disagrees with anyway); once every row has stopped, the rest of the block repeats too when the steps are
-     compiled (the verify keeps its fixed K+1 rows), and eager, the verify gets only the drafted columns.
+     compiled (the verify keeps its fixed K+1 rows), and eager, the verify gets only the drafted columns. In the
+     default call on a CPU the batch instead stops once every row's product of its drafts' probabilities is below
+     the width policy's UNSURE_STOP, and the loop verifies the width those drafts are worth
+     (``stops_when_unsure``; WidthPolicy.confident_width).
 The draft cache is a static cache indexed by the same slots as the target's; rejected drafts are simply overwritten
 next round. With the width policy (the default call) a round of w rows drafts only w - 1 tokens (drafting costs one
 draft forward per token), and a plain step drafts nothing: the n tokens committed by plain steps since the last
@@ -64,9 +67,13 @@ class DraftModelProposer:
     drafts_any_width = True  # propose(width): w - 1 tokens, one draft forward each
     drafts_token_by_token = True  # the width policy charges a round of w rows (w - 1) / K of the whole block
     def __init__(self, draft_model, target, num_draft_tokens: int, compile_steps: bool | str, ngram: bool = False,
-                 max_ngram: int = 4, ngram_tokens: int = 6, confidence_threshold: float | None = None):
+                 max_ngram: int = 4, ngram_tokens: int = 6, confidence_threshold: float | None = None,
+                 stops_when_unsure: bool = False):
         check_draft_lm_fits_target(draft_model, target)
         self.draft_model = draft_model
+        # propose(stop_below=...) and self.confidences (the width policy's UNSURE_STOP): fixed here, since a compiled
+        # step's outputs are; plain drafting needs no softmax over the vocabulary
+        self.stops_when_unsure = stops_when_unsure
         self.num_draft_tokens = num_draft_tokens
         self.block_size = num_draft_tokens + 1
         self.ngram, self.max_ngram, self.ngram_tokens = ngram, max_ngram, ngram_tokens
@@ -86,9 +93,9 @@ class DraftModelProposer:
                                 **{self._cache_key: self.cache}, use_cache=True).logits
 
     def _draft_step(self, ids, positions, mask):
-        # -> ([B] argmax after the last row, [B] its probability, or None without a confidence threshold)
+        # -> ([B] argmax after the last row, [B] its probability, or None where nothing reads it)
         logits = self._forward(ids, positions, mask)[:, -1]
-        if self.confidence_threshold is None:  # plain drafting needs no softmax over the vocabulary
+        if self.confidence_threshold is None and not self.stops_when_unsure:
             return logits.argmax(dim=-1), None
         confidence, token = logits.float().softmax(dim=-1).max(dim=-1)
         return token, confidence
@@ -114,9 +121,16 @@ class DraftModelProposer:
         if self.ngram:
             self._first_real_slots = session.left_padding.tolist()
 
-    def propose(self, width: int | None = None, whole_block: bool = False) -> torch.Tensor:
+    def propose(self, width: int | None = None, whole_block: bool = False,
+                stop_below: float | None = None) -> torch.Tensor:
         """[B, w]: each row's last committed token, then w - 1 greedy draft tokens (``width`` None or
-        ``whole_block``: K + 1, the width policy timing the whole block's drafting; the caller keeps the first w)."""
+        ``whole_block``: K + 1, the width policy timing the whole block's drafting; the caller keeps the first w).
+
+        ``stop_below`` (with ``stops_when_unsure``): drafting stops once every row's product of its drafts'
+        probabilities is below it, and returns the drafts so far; ``self.confidences`` [B, n] holds the
+        probabilities of the n drafts returned (see Eagle3ChainProposer.propose)."""
+        if stop_below is not None and not self.stops_when_unsure:
+            raise ValueError("stop_below needs a draft LM proposer built with stops_when_unsure=True.")
         session, starts = self.session, self.session.last_slots  # [B], each >= 1 (the prefill committed a token)
         firsts = starts - 1
         self._catch_up(firsts)
@@ -130,7 +144,10 @@ class DraftModelProposer:
         self.drafts[:, 1] = token
         drafted = 1
         unsure = None  # [B] rows that stopped drafting (confidence threshold only)
+        confidences, all_right = [confidence], confidence  # [B] each (with stops_when_unsure)
         for j in range(1, n_drafts):
+            if stop_below is not None and float(all_right.max()) < stop_below:
+                break  # (the loop verifies at most the drafted rows: no padding, compiled or not)
             if self.confidence_threshold is not None:
                 unsure = confidence < self.confidence_threshold if unsure is None else \
                     unsure | (confidence < self.confidence_threshold)
@@ -144,8 +161,12 @@ class DraftModelProposer:
             # one the target disagrees with), while the batch drafts on for the rows still sure.
             self.drafts[:, j + 1] = token if unsure is None else torch.where(unsure, self.drafts[:, j], token)
             drafted += 1
+            if self.stops_when_unsure:
+                confidences.append(confidence)
+                all_right = all_right * confidence
         self.forward_calls += drafted
-        if drafted < n_drafts and not self._step.compiled:
+        self.confidences = torch.stack(confidences, dim=1) if self.stops_when_unsure else None  # [B, drafted]
+        if drafted < n_drafts and (stop_below is not None or not self._step.compiled):
             return self.drafts[:, : drafted + 1].clone()  # eager: verify only what was drafted (fewer target rows)
         return self.drafts[:, : n_drafts + 1].clone()
 

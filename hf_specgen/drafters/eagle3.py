@@ -23,7 +23,7 @@ import torch
 
 from ..engine.cache import CachePool, set_cache_length
 from ..engine.graphs import StepRunner
-from ..engine.proposer import keep_batch_rows
+from ..engine.proposer import PendingContextRows, keep_batch_rows
 from ..engine.tree import TreeProposal, best_nodes_tree
 from ..models.eagle3 import Eagle3DraftModel, default_eagle3_layer_ids
 
@@ -42,19 +42,23 @@ def check_eagle3_fits_target(drafter: Eagle3DraftModel, target, layer_ids: list[
                          f"reads {drafter.fc.in_features // cfg.hidden_size} taps): use the drafter trained for it.")
 
 
-class Eagle3ChainProposer:
+class Eagle3ChainProposer(PendingContextRows):
     """K draft tokens per round, one drafter step each (a tree with top_k = 1)."""
 
     drafts_any_width = True  # propose(width): w - 1 drafts (the width policy)
     drafts_token_by_token = True  # one drafter forward per draft: a round of w rows costs (w - 1) / K of K drafts
-    stops_when_unsure = True  # propose(stop_below=...): see the width policy's UNSURE_STOP
 
-    def __init__(self, drafter: Eagle3DraftModel, target, num_draft_tokens: int, compile_steps: bool | str):
+    def __init__(self, drafter: Eagle3DraftModel, target, num_draft_tokens: int, compile_steps: bool | str,
+                 stops_when_unsure: bool = False):
         layers = target.config.get_text_config(decoder=True).num_hidden_layers
         self.tapped_layer_ids = drafter.target_layer_ids or default_eagle3_layer_ids(layers)
         check_eagle3_fits_target(drafter, target, self.tapped_layer_ids)
         self.drafter = drafter
         self.embed = target.get_input_embeddings()
+        # propose(stop_below=...) and self.confidences: each step also returns its draft's probability (a softmax
+        # over the draft vocabulary), for the width policy's UNSURE_STOP; fixed here because a compiled step's
+        # outputs are, and left off where nothing reads them (trees, fixed chains, GPUs)
+        self.stops_when_unsure = stops_when_unsure
         self.num_draft_tokens = num_draft_tokens
         self.block_size = num_draft_tokens + 1
         self.context_rows = self.block_size  # rows of features a verify hands back (see _context)
@@ -70,7 +74,8 @@ class Eagle3ChainProposer:
         hidden = self.drafter(self.embed(token_ids), features, positions, self.cache, mask)  # [B, T, H]
         logits = self.drafter.draft_logits(hidden)  # [B, T, draft_vocab]
         draft_ids = logits.argmax(dim=-1)  # [B, T]
-        confidence = logits.float().softmax(dim=-1).amax(dim=-1)  # [B, T] the drafter's probability of its draft
+        confidence = (logits.float().softmax(dim=-1).amax(dim=-1)  # [B, T] the drafter's probability of its draft
+                      if self.stops_when_unsure else None)
         return self.drafter.to_target_ids(draft_ids), hidden, confidence
 
     def start(self, session, prompt_features: torch.Tensor) -> None:
@@ -85,7 +90,8 @@ class Eagle3ChainProposer:
 
     def _context(self, starts: torch.Tensor):
         """Bring each row's cache up to slot start-1 from the pending feature rows; returns (prediction after the
-        bonus [B], the drafter's output at slot start-1 [B, 1, H], the drafter's probability of that prediction [B]).
+        bonus [B], the drafter's output at slot start-1 [B, 1, H], the drafter's probability of that prediction [B],
+        or None unless ``stops_when_unsure``).
 
         Rows of feature slot t pair with the committed token at t+1. The rows of the last verify (its first rows
         committed; a tree's come along the accepted path), a width the verify has, run as one step; any other count
@@ -99,8 +105,9 @@ class Eagle3ChainProposer:
         if rows in self._context_widths():
             predicted, hidden, confidence = self._context_step(
                 token_ids, self.pending, session.position_block(first, rows), session.causal_mask(first, rows))
-            predicted, confidence = predicted.gather(1, last)[:, 0], confidence.gather(1, last)[:, 0]  # [B] each
-            # (a finished row's are never read)
+            predicted = predicted.gather(1, last)[:, 0]  # [B] (a finished row's is never read)
+            if confidence is not None:
+                confidence = confidence.gather(1, last)[:, 0]  # [B]
             hidden = hidden.gather(1, last[:, :, None].expand(-1, -1, hidden.shape[-1]))
         else:
             if rows > 1:
@@ -112,7 +119,8 @@ class Eagle3ChainProposer:
             predicted, hidden, confidence = self._context_step.eager(
                 token_ids.gather(1, last), features, session.position_block(last_slots, 1),
                 session.causal_mask(last_slots, 1))
-            predicted, confidence = predicted[:, 0], confidence[:, 0]
+            predicted = predicted[:, 0]
+            confidence = confidence[:, 0] if confidence is not None else None
         set_cache_length(self.cache, starts)  # rows from slot start on were built from uncommitted tokens
         return predicted, hidden, confidence
 
@@ -140,7 +148,11 @@ class Eagle3ChainProposer:
         ``stop_below``: drafting stops early, once every row's chance that all its drafts so far are right (the
         product of the drafter's probabilities of them) is below it: the drafts past that point are unlikely to be
         kept, and each costs a drafter forward. It reads each draft's probability on the host, so it is for CPUs,
-        where that costs nothing. ``self.confidences`` [B, n] holds the probabilities of the n drafts returned."""
+        where that costs nothing. ``self.confidences`` [B, n] holds the probabilities of the n drafts returned (with
+        ``stops_when_unsure`` only)."""
+        if stop_below is not None and not self.stops_when_unsure:
+            raise ValueError("stop_below needs a chain built with stops_when_unsure=True (its steps then return their "
+                             "drafts' probabilities).")
         session, starts = self.session, self.session.last_slots
         n_drafts = self.num_draft_tokens if width is None or whole_block else min(width - 1, self.num_draft_tokens)
         predicted, hidden, confidence = self._context(starts)
@@ -156,9 +168,10 @@ class Eagle3ChainProposer:
                 self.drafts[:, j: j + 1], hidden, session.position_block(slots, 1), session.causal_mask(slots, 1))
             self.drafts[:, j + 1] = predicted[:, 0]
             hidden = hidden.clone()  # a CUDA-graph replay would overwrite it before the next step reads it
-            confidences.append(confidence[:, 0])
-            all_right = all_right * confidence[:, 0]
-        self.confidences = torch.stack(confidences[:n_drafts], dim=1)  # [B, n_drafts]
+            if self.stops_when_unsure:
+                confidences.append(confidence[:, 0])
+                all_right = all_right * confidence[:, 0]
+        self.confidences = torch.stack(confidences, dim=1) if self.stops_when_unsure else None  # [B, n_drafts]
         self.forward_calls += n_drafts
         set_cache_length(self.cache, starts)  # keep rows built from real target features only
         self.context_start = starts.clone()
@@ -176,7 +189,7 @@ class Eagle3ChainProposer:
         if self.pending_counts is not None:
             self.absorb(self.pending, self.pending_counts)
             self.pending_counts = None
-        self.pending = torch.cat([self.pending, verify_features], dim=1)  # [B, C+rows, n*H]
+        self.append_pending(verify_features)  # [B, C+rows, n*H] once read
 
     def keep_rows(self, rows: list[int]) -> None:
         keep_batch_rows(self, ("pending", "pending_counts", "context_start", "drafts"), rows)
@@ -195,7 +208,6 @@ class Eagle3TreeProposer(Eagle3ChainProposer):
     # propose(width): the width policy's node budget for the round, drafted with min(depth, width - 1) levels (the
     # deepest node a tree of that many nodes can hold): a round's drafting costs its levels' share of the whole
     drafts_token_by_token = False
-    stops_when_unsure = False  # a tree's levels are drafted for its budget
 
     def __init__(self, drafter: Eagle3DraftModel, target, top_k: int, depth: int, total_tokens: int,
                  compile_steps: bool | str):

@@ -71,6 +71,10 @@ class WhiFlashProposer:
         # drafter and width itself (engine.width_policy.RoutedWidthPolicy, through ``vote`` and ``use_drafter``).
         # A tree is verified whole, and the router alone picks (a plain step or the router's drafter).
         self.drafts_any_width = not self.drafts_trees
+        # An EAGLE-3 chain built to stop when unsure does so in the rounds it drafts (propose(stop_below=...));
+        # self.confidences is then its drafts' probabilities, and None after a DFlash round, whose block is one forward
+        self.stops_when_unsure = getattr(ar, "stops_when_unsure", False)
+        self.confidences = None
         self._chosen = None  # the drafter the policy picked for the next proposal (None: the router's vote)
 
     # ------------------------------------------------------------------ routing
@@ -129,8 +133,9 @@ class WhiFlashProposer:
         self.signals = [{"logits": logits_rows[b], "hidden": features_rows[b, self._final_columns],
                          "position": self.session.host_lengths[b] - 1} for b in rows]
 
-    def propose(self, width: int | None = None, whole_block: bool = False):
-        """The round's drafter's proposal (``width`` / ``whole_block``: see DFlashProposer.propose)."""
+    def propose(self, width: int | None = None, whole_block: bool = False, stop_below: float | None = None):
+        """The round's drafter's proposal (``width`` / ``whole_block``: see DFlashProposer.propose; ``stop_below``:
+        see Eagle3ChainProposer.propose, for EAGLE-3's rounds)."""
         choice, self._chosen = self._chosen or self.vote(), None
         proposer = self.proposers[choice]
         if self.unseen[choice]:
@@ -139,7 +144,10 @@ class WhiFlashProposer:
         self.active = choice
         self.drafter_per_round.append(choice)
         calls = proposer.forward_calls
-        draft = proposer.propose(width, whole_block) if width is not None else proposer.propose()
+        stops = stop_below is not None and choice == AR
+        draft = (proposer.propose(width, whole_block, **({"stop_below": stop_below} if stops else {}))
+                 if width is not None else proposer.propose())
+        self.confidences = proposer.confidences if stops else None
         self.forward_calls += proposer.forward_calls - calls
         return draft
 

@@ -409,9 +409,10 @@ class SpeculativeDecoder:
                               and not (want_scores or want_logits))
                 finished_rows = FinishedRows(session)
                 takes_width = getattr(self.proposer, "drafts_any_width", False)
-                # a chain on a CPU stops drafting when unsure, and the round verifies what its drafts are worth
-                # (WidthPolicy.confident_width; a host read per draft, which costs nothing on a CPU); not FLy, whose
-                # verifier keeps drafts exact verification would refuse
+                # a token-by-token drafter on a CPU (an EAGLE-3 chain, a draft LM, WhiFlash's EAGLE-3 rounds) stops
+                # drafting when unsure, and the round verifies what its drafts are worth (WidthPolicy.confident_width;
+                # a host read per draft, which costs nothing on a CPU); not FLy, whose verifier keeps drafts exact
+                # verification would refuse (the proposer is built so: mixin.stops_when_unsure)
                 stops_unsure = (policy is not None and getattr(self.proposer, "stops_when_unsure", False)
                                 and session.device.type == "cpu" and self.verifier is None)
                 call_tokens, decode_started = 0, time.perf_counter()  # the call's rate so far, for confident_width
@@ -450,11 +451,12 @@ class SpeculativeDecoder:
                                  if round_width is not None and takes_width else self.proposer.propose())
                         if timing:
                             policy.timed_draft(self._synced_time() - draft_started)
-                        if unsure:
+                        confidences = self.proposer.confidences if unsure else None  # None: a DFlash round's
+                        if confidences is not None:
                             spent = time.perf_counter() - decode_started
-                            drafted_rows = self.proposer.confidences.shape[1] + 1
+                            drafted_rows = confidences.shape[1] + 1
                             round_width = policy.confident_width(
-                                round_width, self.proposer.confidences[active_rows].tolist(),
+                                round_width, confidences[active_rows].tolist(),
                                 call_tokens / spent if call_tokens else None)
                             trimmed = round_width != drafted_rows
                             if trimmed:

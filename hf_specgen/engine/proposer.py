@@ -33,6 +33,28 @@ def keep_batch_rows(owner, names: tuple[str, ...], kept: list[int]) -> None:
             setattr(owner, name, [value[b] for b in kept])
 
 
+class PendingContextRows:
+    """``pending`` [B, C, F]: the target features a drafter has not run over yet (the prompt's, a verify's, and one row
+    per plain step since). A plain step adds a row; joining the whole context again at every step (a copy of O(C)
+    rows) cost 4.7 / 11 ms a step at batch 16 with 100 / 250 context rows (5 taps of 576, bf16, one thread), 4-9% of
+    the real target's plain step there. So the rows are kept as parts and joined once, when the drafter reads them."""
+
+    @property
+    def pending(self) -> torch.Tensor:
+        parts = self._pending_parts  # (an AttributeError before ``start``: getattr(proposer, "pending", None) is None)
+        if len(parts) > 1:
+            self._pending_parts = parts = [torch.cat(parts, dim=1)]
+        return parts[0]
+
+    @pending.setter
+    def pending(self, rows: torch.Tensor) -> None:
+        self._pending_parts = [rows]
+
+    def append_pending(self, rows: torch.Tensor) -> None:
+        """``rows`` [B, r, F] follow the pending ones (joined when next read)."""
+        self._pending_parts.append(rows)
+
+
 @runtime_checkable
 class Proposer(Protocol):
     block_size: int  # W: rows of a verify (nodes of a tree)

@@ -23,8 +23,10 @@ the same engine). The policy picks the width with the most expected tokens per s
   drafter), started from an even prior so a new drafter is tried.
 
 When plain steps win, a probe round drafts after 8 plain rounds, then after 16, 32, up to 64 while probes keep
-failing (the next call of the same target and drafter goes on from the gap reached, after one opening probe in a
-call of one prompt: a new call is a new prompt, and a predictable one must not wait 64 plain rounds), at the widest
+failing (where a probe costs little more than a plain step, the gap stops growing once a failed one wastes at most
+1/96 of it: 20 plain rounds for a round 0.2 plain steps dearer; the next call of the same target and drafter goes on
+from the gap reached, after one opening probe in a call of one prompt: a new call is a new prompt, and a predictable
+one must not wait 64 plain rounds), at the widest
 width that costs at most a quarter more than a plain step (so a failed probe wastes little; where every drafting
 round costs more, at most a tenth more than the narrowest one, so a probe's evidence is more than one token), and
 only where some width would pay if every draft were accepted (never, say, in a compute-bound batch). Where a probe
@@ -92,6 +94,12 @@ PROBE_COST, PROBE_WIDENING = 1.25, 1.1
 # Scheduled probes are at least this many plain rounds apart that a failed one costs at most this share of their time
 # (WidthPolicy.probe_gap): 1/32, so a probe costing 1.25 plain steps keeps the schedule's first gap of 8.
 PROBE_OVERHEAD = 1 / 32
+# After each failed scheduled probe the gap doubles (up to LAST_PROBE_AFTER), but only while a failed probe would still
+# waste more than this share of the plain rounds between them (WidthPolicy.longest_probe_gap): where DFlash's probe
+# costs 0.2 plain steps more (SmolLM2, bf16 on a CPU with bf16 units) the gap stops at 20, since 64 plain rounds left
+# a call whose opening probe failed in plain steps to its end (docs/width-policy.md, "Cheap probes back off less");
+# where a probe costs 0.72 plain steps more or over (fp32 on an AVX2 CPU) it still reaches 64.
+PROBE_BACKOFF_OVERHEAD = 1 / 96
 # A width's clocked cost is the median of its last CLOCKED_ROUNDS rounds in the call (a one-off compile or stall moves
 # no median), taken once it has MIN_CLOCKED_ROUNDS of them.
 CLOCKED_ROUNDS, MIN_CLOCKED_ROUNDS = 8, 3
@@ -110,9 +118,10 @@ GAIN_DECAY = 0.9
 # copy of a quoted passage runs on for many tokens where a drafter's guesses do not.
 COPIED = "copied"
 COPY_WIDTH = 16  # the widest verify of copied tokens alone (CopyingWidthPolicy), whatever the drafter's block
-# A drafter that drafts token by token (an EAGLE-3 chain) on a CPU stops drafting once the chance that all its drafts
-# so far are right (the product of its probabilities of them) is below UNSURE_STOP, and the round then verifies the
-# width that pays for those drafts (WidthPolicy.confident_width). The average acceptance of each slot is all the
+# A drafter that drafts token by token (an EAGLE-3 chain, WhiFlash's EAGLE-3 rounds, a draft LM) on a CPU, in the
+# default call (mixin.stops_when_unsure), stops drafting once the chance that all its drafts so far are right (the
+# product of its probabilities of them) is below UNSURE_STOP, and the round then verifies the width that pays for
+# those drafts (WidthPolicy.confident_width). The average acceptance of each slot is all the
 # policy knows before a round; the drafter's own probabilities say which rounds are the likely ones, and they track
 # acceptance closely (SmolLM2's EAGLE-3 drafter: drafts at probability 0.5-0.6 were kept 53% of the time, at 0.9+
 # 93%). Replayed on the real target's benchmark answers (docs/width-policy.md, "Drafts that stop when unsure"), 0.5
@@ -596,7 +605,8 @@ class WidthPolicy:
         self.drafted_since_plain = 0
         opening, self.opening_probe = self.opening_probe, False
         opening = opening and self.opening_due()
-        scheduled = self.plain_streak > self.acceptance.probe_after and self.plain_streak > self.probe_gap()
+        scheduled = (self.plain_streak > min(self.acceptance.probe_after, self.longest_probe_gap())
+                     and self.plain_streak > self.probe_gap())
         if (opening or scheduled) and self.drafting_could_pay():
             self.plain_streak = 0
             self.probing = "opening" if opening else "scheduled"
@@ -656,9 +666,18 @@ class WidthPolicy:
         PROBE_OVERHEAD plain rounds. Where a probe costs at most 1.25 plain steps this is FIRST_PROBE_AFTER or less
         (the schedule alone decides); on a CPU without bf16 units, where a probe of 8 rows and its drafting cost
         about 1.9 plain steps, about 30 (gaps from 8 let a drafter that keeps nothing waste up to 11% there)."""
-        plain = self.round_seconds(1)
-        extra = self.round_seconds(self.probe_width()) / plain - 1.0
-        return math.ceil(extra / PROBE_OVERHEAD - 1e-9)
+        return math.ceil(self._probe_extra() / PROBE_OVERHEAD - 1e-9)
+
+    def longest_probe_gap(self) -> int:
+        """The most plain rounds the backed-off schedule waits between scheduled probes: LAST_PROBE_AFTER, or fewer
+        where a failed probe wastes at most PROBE_BACKOFF_OVERHEAD of that many plain rounds (a cheap probe), never
+        fewer than FIRST_PROBE_AFTER."""
+        cheap = math.ceil(self._probe_extra() / PROBE_BACKOFF_OVERHEAD - 1e-9)
+        return max(FIRST_PROBE_AFTER, min(LAST_PROBE_AFTER, cheap))
+
+    def _probe_extra(self) -> float:
+        """What a probe's round costs more than a plain step, in plain steps."""
+        return self.round_seconds(self.probe_width()) / self.round_seconds(1) - 1.0
 
     def probe_width(self) -> int:
         """The widest drafting width whose round costs at most PROBE_COST plain steps, or, where even the narrowest
@@ -773,9 +792,11 @@ class RoutedWidthPolicy(PolicyOfPolicies):
         plain_clock = deque(maxlen=CLOCKED_ROUNDS)
         self.whole_block_rounds: set[int] = set()
         self.refed_rounds: set[int] = set()
+        self.drafted_rows: dict[int, int] = {}  # (EAGLE-3's rounds that stopped unsure: WidthPolicy.drafted_rows)
         for policy in policies.values():
             policy.clocked[1] = plain_clock
             policy.whole_block_rounds, policy.refed_rounds = self.whole_block_rounds, self.refed_rounds
+            policy.drafted_rows = self.drafted_rows
         self.current = next(iter(policies.values()))
         self.round_drafters: list[str | None] = []  # per round: the drafter whose policy chose it (None: none did)
         self._round = None  # the prepared round's (vote, context)

@@ -412,9 +412,8 @@ class SpeculativeDecoder:
                 # a token-by-token drafter on a CPU (an EAGLE-3 chain, a draft LM, WhiFlash's EAGLE-3 rounds) stops
                 # drafting when unsure, and the round verifies what its drafts are worth (WidthPolicy.confident_width;
                 # a host read per draft, which costs nothing on a CPU); not FLy, whose verifier keeps drafts exact
-                # verification would refuse (the proposer is built so: mixin.stops_when_unsure)
-                stops_unsure = (policy is not None and getattr(self.proposer, "stops_when_unsure", False)
-                                and session.device.type == "cpu" and self.verifier is None)
+                # verification would refuse (mixin.stops_when_unsure decides when it builds the proposer)
+                stops_unsure = policy is not None and getattr(self.proposer, "stops_when_unsure", False)
                 call_tokens, decode_started = 0, time.perf_counter()  # the call's rate so far, for confident_width
                 t1 = clock.mark()
 

@@ -551,7 +551,7 @@ def describe_run(models, args) -> str:
     if getattr(args, "command", None) == "compare":
         lines.append("Each method runs its default call: every round verifies the width that pays (WhiFlash: with "
                      "the drafter that pays), from the target's measured costs and the drafter's running "
-                     "acceptance (an EAGLE-3 chain on a CPU also stops drafting when unsure), "
+                     "acceptance (on a CPU an EAGLE-3 chain, WhiFlash's included, also stops drafting when unsure), "
                      "and falls back to plain steps when no draft pays, so a weak drafter runs at about the speed "
                      "of stock generate; where an answer repeats its prompt or itself, a round verifies the copied "
                      "tokens (prompt_lookup), alone where copies pay better than the drafter. The SmolLM2 drafters "

@@ -409,6 +409,121 @@ def test_a_batch_that_shrinks_into_a_new_bucket_times_it_in_one_pass(monkeypatch
     assert timings[0].get("warmups", 1) >= 1  # the call's first timing (bucket 8) as before
 
 
+def test_each_round_tells_the_policy_which_rows_remain_and_what_each_may_still_commit(monkeypatch):
+    """The loop hands the width policy, before each round of a batch, the active rows' places in the caller's batch
+    and the tokens each may still commit (max_new_tokens less what it has), also after finished rows have left the
+    batch; a call of one prompt rates the mean row as before (no rows)."""
+    from test_batch import _stops_at_different_rounds
+
+    target = make_target("qwen3", seed=5)
+    drafter = make_dflash(target, block_size=8)
+    ids, mask = padded_batch(random.Random(12), [9, 20, 14, 3, 30, 7, 11, 25])
+    stops, ref = _stops_at_different_rounds(target, ids, mask, 40)
+    seen, real = [], WidthPolicy.set_rows
+
+    def spy(self, row_ids, tokens_left, rows_leave):
+        seen.append((list(row_ids), list(tokens_left), rows_leave))
+        real(self, row_ids, tokens_left, rows_leave)
+
+    monkeypatch.setattr(WidthPolicy, "set_rows", spy)
+    out = target.generate(ids, attention_mask=mask, assistant_model=drafter, speculative_mode="dflash",
+                          max_new_tokens=40, do_sample=False, eos_token_id=stops, pad_token_id=0,
+                          return_dict_in_generate=True)
+    assert out.sequences.tolist() == ref.tolist()
+    stats = out.speculative_stats
+    assert len(seen) == stats.num_rounds and min(stats.round_batch_sizes) < 8  # rows left the batch
+    decoding = [row for row in range(8) if stats.row_acceptance_lengths[row]]  # (a row can end at its first token)
+    assert seen[0] == (decoding, [39] * len(decoding), True)  # the prefill committed each row's first token
+    rounds_of = {row: 0 for row in range(8)}
+    for row_ids, tokens_left, _ in seen:
+        assert row_ids == sorted(row_ids)
+        for row, left in zip(row_ids, tokens_left):
+            assert left == 40 - 1 - sum(stats.row_acceptance_lengths[row][: rounds_of[row]]), (row, left)
+            rounds_of[row] += 1
+    assert all(rounds_of[row] == len(stats.row_acceptance_lengths[row]) for row in range(8))
+    seen.clear()
+    target.generate(ids[:1], attention_mask=mask[:1], assistant_model=drafter, speculative_mode="dflash",
+                    max_new_tokens=10, do_sample=False)
+    assert seen == []
+
+
+def _batch_policy(costs: dict[int, float], row_drafts: dict[int, int], rounds: int = 40,
+                  rows_leave: bool = False) -> WidthPolicy:
+    """A policy over a batch whose row ``r`` kept ``row_drafts[r]`` drafts of every round of 4 rows, for ``rounds``
+    rounds; then ``set_rows`` with 48 tokens left in each row."""
+    policy = WidthPolicy((1, 2, 4), CostTable(costs, draft=0.0), AcceptanceEstimate(4), opening_probe=False)
+    rows = sorted(row_drafts)
+    policy.set_rows(rows, [48] * len(rows), rows_leave)
+    for _ in range(rounds):
+        policy.observe(4, [row_drafts[r] for r in rows])
+    policy.set_rows(rows, [48] * len(rows), rows_leave)
+    return policy
+
+
+def test_a_batch_drafts_only_where_its_slowest_rows_rounds_pay():
+    """A call of a batch lasts until its slowest row is done. Two rows whose drafts are all kept beside two whose
+    drafts all fail: the mean row commits 2.5 tokens a round of 4 rows (1.6 plain steps), so the mean row's rate
+    drafts, but the failing rows still need 48 rounds at 1.6 plain steps each, where plain steps take 48 at 1.0:
+    plain steps. The two good rows alone draft the full width, and a batch of one row rates the mean row as before."""
+    costs = {1: 1.0, 2: 1.35, 4: 1.6}
+    mixed = _batch_policy(costs, {0: 3, 1: 3, 2: 0, 3: 0})
+    assert mixed.acceptance.expected_tokens(4) / 1.6 > 1.0  # the mean row's rate says drafting pays
+    assert mixed.rate(1) == pytest.approx(1.0)  # plain steps: every row done after 48 rounds of 1.0
+    assert mixed.rate(1) > max(mixed.rate(2), mixed.rate(4)) and mixed.choose() == 1
+    good = _batch_policy(costs, {0: 3, 1: 3})
+    assert good.rate(4) > 2 * good.rate(1) and good.choose() == 4
+    one_row = _batch_policy(costs, {0: 3, 1: 3, 2: 0, 3: 0})
+    one_row.set_rows([0], [48], rows_leave=False)  # a batch of one row: the mean row's rate
+    assert one_row.rows is None and one_row.rate(4) == pytest.approx(one_row.acceptance.expected_tokens(4) / 1.6)
+
+
+def test_a_batch_counts_the_spread_of_its_rows_finishing_rounds():
+    """Rows of equal estimates still finish apart (each round commits a random count), and the call waits for the
+    last: with a one-in-two chance per draft, a batch's drafting rate falls below the mean row's the more rows it
+    has, while plain steps (one token a row per round) keep theirs. Where finished rows leave the batch, the rounds
+    after the first rows finish cost less, so the batch's rate is higher than where they stay (compiled steps)."""
+    costs = {1: 1.0, 2: 1.2, 4: 1.5}
+    mean_row = _batch_policy(costs, {0: 1, 1: 1})
+    mean_row.set_rows([0], [48], rows_leave=False)
+    rates = {}
+    for batch in (2, 8):
+        policy = _batch_policy(costs, dict.fromkeys(range(batch), 1))
+        assert policy.rate(1) == pytest.approx(1.0)
+        rates[batch] = policy.rate(4)
+    assert rates[8] < rates[2] < mean_row.rate(4)
+    staying = _batch_policy(costs, {0: 3, 1: 3, 2: 1, 3: 1})
+    leaving = _batch_policy(costs, {0: 3, 1: 3, 2: 1, 3: 1}, rows_leave=True)
+    assert leaving.rate(4) > staying.rate(4)
+    assert leaving.rate(1) == pytest.approx(staying.rate(1))  # plain rows finish together: no round has fewer rows
+
+
+def test_each_batch_row_keeps_its_own_estimate_for_one_call():
+    """Each row's estimate starts from the batch's (a row the policy has not seen rates as the batch does), follows
+    its own drafts, and is neither carried into the next call (other prompts) nor kept past a forget."""
+    estimate = AcceptanceEstimate(4)
+    estimate.observe(4, [3, 0], row_ids=[5, 9])
+    good, bad = (estimate.row_round_moments(row, 4)[3][0] for row in (5, 9))
+    batch = estimate.expected_tokens(4)
+    assert bad < batch < good
+    assert estimate.row_round_moments(7, 4)[3][0] == pytest.approx(batch)  # no rounds of its own yet
+    assert estimate.row_round_moments(7, 4)[0] == (1.0, 0.0)  # a plain step commits one token, no spread
+    assert estimate.carried().row_estimates == {}
+    estimate.forget()
+    assert estimate.row_estimates == {}
+
+
+def test_drafting_rounds_that_catch_up_after_plain_steps_teach_no_drafting_cost():
+    """A round that drafts after plain steps first runs the drafter over every row those steps committed (a probe),
+    so its drafting clock is no steady round's: only a drafting round after a drafting round teaches the cost. In a
+    call of mostly plain steps the probes' median (0.03 here) would otherwise move the cost up call after call."""
+    table = CostTable({1: 0.01, 4: 0.012}, draft=0.004)
+    policy = WidthPolicy((1, 2, 4), table, AcceptanceEstimate(4))
+    widths = [4, 1, 1, 4, 1, 1, 4, 1, 1, 4, 4]  # mostly probes, as in a call of plain steps
+    drafting = [0.05, 0, 0, 0.03, 0, 0, 0.03, 0, 0, 0.03, 0.004]  # after plain steps: 0.03 (catch-up)
+    policy.learn_costs(widths, [0.02] * len(widths), drafting)
+    assert table.draft == pytest.approx(0.004)
+
+
 def _choices_while_every_draft_fails(policy: WidthPolicy, rounds: int) -> list[int]:
     """The widths ``policy`` chooses over ``rounds`` rounds in which every draft is wrong."""
     choices = []

@@ -423,6 +423,10 @@ class SpeculativeDecoder:
                     r0 = clock.mark()
                     looked_up = False  # whether this round's block holds copied tokens (prompt lookup)
                     round_started = time.perf_counter()  # after the last round's host sync: its whole clock
+                    if policy is not None and batch > 1:  # a batch's width pays until its slowest row is done
+                        policy.set_rows([session.row_ids[b] for b in active_rows],
+                                        [stop.max_new_tokens - (session.host_lengths[b] - prompt_len)
+                                         for b in active_rows], drops_rows)
                     # whether every row has a copy at hand is known from the last read: the policy may keep such
                     # rounds apart (CopyingWidthPolicy, RoutedWidthPolicy)
                     round_width = policy.choose(copying=copy_next[0]) if policy is not None else None

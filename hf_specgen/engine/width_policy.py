@@ -46,6 +46,11 @@ that drafts from its first round, while drafting rates less than 1.5 plain steps
 drafting ones until 3 plain rounds give plain steps a clock of their own. Any sequence of widths is lossless: the
 verify of a prefix of the block accepts exactly what the full verify would have, up to that prefix.
 
+A batch's call lasts until its slowest row is done: there a width's rate is the mean row's tokens left over the
+seconds until every row is done (``WidthPolicy.set_rows``), from each row's own estimate (the batch's as its prior),
+the spread of its finishing round, and what the rows still going cost each round. Only a drafting round that follows
+another teaches the drafting cost: the first after plain steps also catches the drafter up on their rows.
+
 Draft trees (EAGLE-3) choose a node budget instead: the tree of the drafter's best n - 1 candidates, whose
 expected accepted drafts ``TreeAcceptanceEstimate`` keeps per budget from what each verify says about every smaller
 budget; every EXPLORE_EVERY-th drafting round verifies a wider tree for evidence about the budgets in between.
@@ -84,6 +89,10 @@ ACCEPTANCE_DECAY = 0.97  # per round: older rounds weigh less, so the estimate f
 CARRIED_WEIGHT, TREE_CARRIED_WEIGHT = 4.0, 16.0
 PRIOR_ACCEPT, PRIOR_WEIGHT = 0.5, 1.0
 POOLED_WEIGHT = 4.0  # rounds' worth of a pooled estimate's rates as a contextual estimate's prior (WhiFlash)
+# rounds' worth of the batch's rates as each batch row's prior (WidthPolicy.set_rows): a row's own rounds outweigh it
+# only after a dozen or so, since one round's count says little (with 4, one unlucky first round sent the tiny
+# world's EAGLE-3 batch of 8 to plain steps, 1.63x stock against 1.79x for the mean row's rate)
+ROW_PRIOR_WEIGHT = 16.0
 FIRST_PROBE_AFTER, LAST_PROBE_AFTER = 8, 64
 # Where probes cost more than PROBE_COST plain steps, a call opens with a probe only every opening_every calls: 1, then
 # doubled after each failed opening probe up to LAST_OPENING_EVERY, back to 1 once a probe pays (WidthPolicy.choose).
@@ -267,6 +276,11 @@ class AcceptanceEstimate:
         # one's prior, worth POOLED_WEIGHT rounds: a context this drafter has seldom run in starts from what it
         # does elsewhere, not from an even guess
         self.pooled: AcceptanceEstimate | None = None
+        self.pooled_weight = POOLED_WEIGHT  # rounds' worth of the pooled estimate's rates as this one's prior
+        # a batch's rows, each with an estimate of its own whose prior is this one (row id in the caller's batch ->
+        # estimate): rows of one batch accept very differently (GSM8K beside MT-Bench), and the call lasts until the
+        # slowest is done (WidthPolicy.set_rows). Never carried into another call (its rows are other prompts).
+        self.row_estimates: dict[int, AcceptanceEstimate] = {}
 
     def rates(self, width: int) -> list[float]:
         """p_1 .. p_{width-1}. A slot's prior is the rate of the slot before it (an even one for slot 1): acceptance
@@ -278,19 +292,43 @@ class AcceptanceEstimate:
             if pooled is None:
                 prior = (self.accepted[k] + prior * PRIOR_WEIGHT) / (self.reached[k] + PRIOR_WEIGHT)
             else:
-                prior = (self.accepted[k] + pooled[k - 1] * POOLED_WEIGHT) / (self.reached[k] + POOLED_WEIGHT)
+                prior = (self.accepted[k] + pooled[k - 1] * self.pooled_weight) / (self.reached[k] + self.pooled_weight)
             rates.append(prior)
         return rates
 
     def expected_tokens(self, width: int) -> float:
-        total, reach = 1.0, 1.0
+        return self.expected_tokens_up_to(width)[-1]
+
+    def expected_tokens_up_to(self, width: int) -> list[float]:
+        """[E[c(1)], ..., E[c(width)]] in one pass (the rates of a narrower width are a prefix of a wider one's)."""
+        totals, reach = [1.0], 1.0
         for rate in self.rates(width):
             reach *= rate
-            total += reach
-        return total
+            totals.append(totals[-1] + reach)
+        return totals
 
-    def observe(self, width: int, accepted_per_row: list[int]) -> None:
-        """One round of ``width`` rows: each row accepted its first ``a`` drafts (the rest of the block not)."""
+    def row_round_moments(self, row: int, width: int) -> list[tuple[float, float]]:
+        """For one batch row (its own estimate, or this one's where the row has none yet), the mean and variance of
+        the tokens a round of w rows commits, for w = 1 .. ``width``: P(c >= k + 1) = p_1 ... p_k, so
+        E[c] = sum_k P(c >= k + 1) and E[c^2] = sum_k (2k + 1) P(c >= k + 1), k = 0 .. w - 1."""
+        moments, mean, square, reach = [(1.0, 0.0)], 1.0, 1.0, 1.0
+        for k, rate in enumerate((self.row_estimates.get(row) or self).rates(width), start=1):
+            reach *= rate
+            mean += reach
+            square += (2 * k + 1) * reach
+            moments.append((mean, max(square - mean * mean, 0.0)))
+        return moments
+
+    def observe(self, width: int, accepted_per_row: list[int], row_ids: list[int] | None = None) -> None:
+        """One round of ``width`` rows: each row accepted its first ``a`` drafts (the rest of the block not).
+        ``row_ids``: the rows' places in the caller's batch, whose own estimates learn their row's count."""
+        if row_ids is not None and len(row_ids) > 1:
+            for row, accepted in zip(row_ids, accepted_per_row):
+                estimate = self.row_estimates.get(row)
+                if estimate is None:
+                    estimate = self.row_estimates[row] = AcceptanceEstimate(len(self.reached))
+                    estimate.pooled, estimate.pooled_weight = self, ROW_PRIOR_WEIGHT
+                estimate.observe(width, [accepted])
         self.widest = max(self.widest, width)
         for k in range(1, len(self.reached)):
             self.reached[k] *= ACCEPTANCE_DECAY
@@ -329,6 +367,7 @@ class AcceptanceEstimate:
         self.reached = [0.0] * len(self.reached)
         self.accepted = [0.0] * len(self.accepted)
         self.widest = 0
+        self.row_estimates = {}
 
     def carried(self) -> "AcceptanceEstimate":
         """A copy for the next call, its evidence scaled down to at most CARRIED_WEIGHT rounds' worth."""
@@ -465,6 +504,11 @@ class WidthPolicy:
         self.clocked: dict[int, deque] = {}
         self.drafted_since_plain = 0  # drafting rounds since this call's last plain one
         self.since_explored = EXPLORE_EVERY - 2  # a tree's drafting rounds since the last wider one (the 2nd explores)
+        # a batch's active rows this round: (row id in the caller's batch, tokens it may still commit), and whether
+        # finished rows leave the batch (set_rows); None: one row, or a policy that rates the mean row
+        self.rows: list[tuple[int, int]] | None = None
+        self.rows_leave = False
+        self._batch_rates: dict[int, float] | None = None  # rate() of each width for self.rows, until they change
 
     @property
     def needs_draft_timing(self) -> bool:
@@ -472,6 +516,7 @@ class WidthPolicy:
 
     def timed_draft(self, seconds: float) -> None:
         """One steady drafting round's clock; the fastest of DRAFT_TIMING_ROUNDS becomes the drafting cost."""
+        self._batch_rates = None
         self.draft_timings.append(seconds)
         if len(self.draft_timings) >= DRAFT_TIMING_ROUNDS:
             self.costs.draft = min(self.draft_timings)
@@ -529,8 +574,58 @@ class WidthPolicy:
         return self.model_seconds(width) * (statistics.median(ratios) if ratios else 1.0)
 
     def rate(self, width: int) -> float:
-        """Expected committed tokens per second of a round of ``width`` rows."""
+        """Expected committed tokens per second of a round of ``width`` rows (a batch's: see ``set_rows``)."""
+        if self.rows is not None and isinstance(self.acceptance, AcceptanceEstimate):
+            if self._batch_rates is None:
+                self._batch_rates = self._rates_until_done()
+            return self._batch_rates[width]
         return self.acceptance.expected_tokens(width) / self.round_seconds(width)
+
+    def set_rows(self, row_ids: list[int], tokens_left: list[int], rows_leave: bool) -> None:
+        """This round's active rows of a batch: their places in the caller's batch and the tokens each may still
+        commit (up to ``max_new_tokens``); ``rows_leave``: finished rows leave the batch (an eager call), so later
+        rounds compute fewer rows. With two rows or more, ``rate`` is the batch's until its last row is done."""
+        self.rows = list(zip(row_ids, tokens_left)) if len(row_ids) > 1 else None
+        self.rows_leave = rows_leave
+        self._batch_rates = None
+
+    def _rates_until_done(self) -> dict[int, float]:
+        """Each width's rate for a batch: the mean row's tokens left over the seconds until every row is done,
+        were every round from now of that width. A call lasts until its slowest row is done, and the mean row's rate
+        drafts where that row's rounds lose: rows of one batch accept differently (the real target's batch of 8 at
+        EAGLE-3 width 4: GSM8K rows 2.4-3.4 tokens a round, MT-Bench rows 1.6-1.9), and rows of equal rates finish
+        rounds apart, since each round commits a random count. Row r needs about left_r / mu_r rounds, give or take
+        sqrt(left_r var_r / mu_r^3) (mu_r, var_r: the mean and variance of its round's tokens, from its own
+        estimate); the k-th row to finish is placed that many spreads from its mean as the k-th of B normal draws
+        lies (Blom's rank), and with these finishing rounds n_(1) <= ... <= n_(B) the call spends
+        sum_k (n_(k) - n_(k-1)) * cost(rows still going, w). Where finished rows leave, a round of a rows costs
+        what the measured verify of a * w / B rows per batch row costs (the forward's token count; never less than
+        a plain step of the whole batch: a CPU's or GPU's small forwards cost about what reading the weights does);
+        where they stay (compiled steps, FLy), every round costs the whole batch's. Plain steps commit one token a
+        row per round, so their rows finish together where they have equal tokens left; rows of equal estimates,
+        tokens left and no spread give the mean row's rate exactly."""
+        widths, batch = self.widths, len(self.rows)
+        mean_left = sum(max(left, 1) for _, left in self.rows) / batch
+        per_row = [(self.acceptance.row_round_moments(row, widths[-1]), max(left, 1)) for row, left in self.rows]
+        ranks = [_NORMAL.inv_cdf((k + 1 - 0.375) / (batch + 0.25)) for k in range(batch)]  # Blom: E[k-th of B]
+        verify = self.costs.verify
+        measured = sorted(w for w in widths if w in verify)
+        rates = {}
+        for width in widths:
+            seconds = self.round_seconds(width)
+            spreads = sorted((left / mean, math.sqrt(left * variance / mean ** 3))
+                             for (mean, variance), left in ((moments[width - 1], left) for moments, left in per_row))
+            total, done = 0.0, 0.0
+            for k, ((rounds, spread), rank) in enumerate(zip(spreads, ranks)):
+                finish = max(rounds + rank * spread, done, 1.0)
+                going = batch - k
+                share = 1.0
+                if self.rows_leave and going < batch and width in verify:
+                    share = _interpolated(verify, measured, going * width / batch) / verify[width]
+                total += (finish - done) * seconds * share
+                done = finish
+            rates[width] = mean_left / total
+        return rates
 
     def best_rate(self) -> float | None:
         """The most expected tokens per second of any width within reach (a plain step included); None while
@@ -694,16 +789,21 @@ class WidthPolicy:
     def learn_costs(self, round_widths: list[int], round_seconds: list[float], round_draft_seconds: list[float],
                     rounds=None) -> None:
         """The call's median round at each width refines that width's costs (``rounds``: the indices of the rounds
-        this policy chose; all by default). The first round drafts over the whole prompt: its drafting time is not
-        a steady round's; a round that re-fed a recurrent target is no verify's clock, since the policy adds the
-        re-feed on its own."""
+        this policy chose; all by default). Only a round that follows one of this policy's drafting rounds teaches
+        the drafting cost: the first round drafts over the whole prompt, and the first after plain steps (a probe),
+        a copy's round or another drafter's first catches up on every row committed meanwhile, which is no steady
+        round's drafting: where most drafting rounds are probes (a batch in plain steps), their median would make
+        drafting look dearer with every call. A round that re-fed a recurrent target is no verify's clock, since
+        the policy adds the re-feed on its own."""
         verify, draft = {}, {}
-        for i in range(len(round_widths)) if rounds is None else rounds:
+        chosen = range(len(round_widths)) if rounds is None else rounds
+        drafting = {i for i in chosen if self.drafted_rows.get(i, round_widths[i]) > 1}
+        for i in chosen:
             width = round_widths[i]
             if i not in self.refed_rounds:
                 verify.setdefault(width, []).append(round_seconds[i] - round_draft_seconds[i])
             drafted = self.drafted_rows.get(i, width)
-            if drafted > 1 and i > 0 and self.drafts:  # as the whole block's drafting (a narrow round drafts less)
+            if i in drafting and i - 1 in drafting and self.drafts:  # as the whole block's (a narrow round drafts less)
                 seconds = round_draft_seconds[i]
                 whole = seconds if i in self.whole_block_rounds else self.whole_block_draft(drafted, seconds)
                 draft.setdefault(width, []).append(whole)
@@ -719,14 +819,33 @@ class WidthPolicy:
         round's clock (drafting, verify, commit); ``within``: a tree's drafts kept within each smaller budget (see
         TreeAcceptanceEstimate); ``rows``: the rows actually verified, where the drafter had fewer than ``width``
         (a router's shorter block)."""
+        self._batch_rates = None
         slots = self.acceptance.draft_slots(min(width, rows or width))
         if width > 1 and self.probing and 2 * sum(accepted_per_row) >= slots * len(accepted_per_row):
             self.acceptance.forget()  # a probe kept half its drafts or more: judge the new text on its own
         if seconds:
             self.clocked.setdefault(width, deque(maxlen=CLOCKED_ROUNDS)).append(seconds)
         if width > 1:
-            self.acceptance.observe(min(width, rows or width), accepted_per_row,
-                                    *([within] if within is not None else []))
+            if isinstance(self.acceptance, AcceptanceEstimate):  # each batch row's own estimate learns too
+                self.acceptance.observe(min(width, rows or width), accepted_per_row,
+                                        [row for row, _ in self.rows] if self.rows is not None else None)
+            else:
+                self.acceptance.observe(min(width, rows or width), accepted_per_row,
+                                        *([within] if within is not None else []))
+
+
+_NORMAL = statistics.NormalDist()
+
+
+def _interpolated(costs: dict[int, float], measured: list[int], width: float) -> float:
+    """``costs`` (measured at the widths ``measured``, ascending) at a fractional ``width``, linear between the
+    measured widths around it; below the narrowest, the narrowest's cost."""
+    if width <= measured[0]:
+        return costs[measured[0]]
+    for low, high in zip(measured, measured[1:]):
+        if width <= high:
+            return costs[low] + (costs[high] - costs[low]) * (width - low) / (high - low)
+    return costs[measured[-1]]
 
 
 # WhiFlash's default call: in each router vote, the drafter that has not run for this many of the vote's rounds
@@ -757,6 +876,10 @@ class PolicyOfPolicies:
 
     def confident_width(self, chosen: int, confidences: list[list[float]], call_rate: float | None) -> int:
         return self.current.confident_width(chosen, confidences, call_rate)
+
+    def set_rows(self, row_ids: list[int], tokens_left: list[int], rows_leave: bool) -> None:
+        """Not used: these policies rate the mean row (a router's rounds keep the whole batch; prompt lookup's
+        copies run in batches only where asked)."""
 
 
 class RoutedWidthPolicy(PolicyOfPolicies):

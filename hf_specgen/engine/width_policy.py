@@ -297,15 +297,11 @@ class AcceptanceEstimate:
         return rates
 
     def expected_tokens(self, width: int) -> float:
-        return self.expected_tokens_up_to(width)[-1]
-
-    def expected_tokens_up_to(self, width: int) -> list[float]:
-        """[E[c(1)], ..., E[c(width)]] in one pass (the rates of a narrower width are a prefix of a wider one's)."""
-        totals, reach = [1.0], 1.0
+        total, reach = 1.0, 1.0
         for rate in self.rates(width):
             reach *= rate
-            totals.append(totals[-1] + reach)
-        return totals
+            total += reach
+        return total
 
     def row_round_moments(self, row: int, width: int) -> list[tuple[float, float]]:
         """For one batch row (its own estimate, or this one's where the row has none yet), the mean and variance of
@@ -322,7 +318,7 @@ class AcceptanceEstimate:
     def observe(self, width: int, accepted_per_row: list[int], row_ids: list[int] | None = None) -> None:
         """One round of ``width`` rows: each row accepted its first ``a`` drafts (the rest of the block not).
         ``row_ids``: the rows' places in the caller's batch, whose own estimates learn their row's count."""
-        if row_ids is not None and len(row_ids) > 1:
+        if row_ids is not None:
             for row, accepted in zip(row_ids, accepted_per_row):
                 estimate = self.row_estimates.get(row)
                 if estimate is None:
@@ -613,10 +609,12 @@ class WidthPolicy:
         rates = {}
         for width in widths:
             seconds = self.round_seconds(width)
-            spreads = sorted((left / mean, math.sqrt(left * variance / mean ** 3))
-                             for (mean, variance), left in ((moments[width - 1], left) for moments, left in per_row))
+            finishing = []  # (rounds to finish, their spread) per row
+            for moments, left in per_row:
+                mean, variance = moments[width - 1]
+                finishing.append((left / mean, math.sqrt(left * variance / mean ** 3)))
             total, done = 0.0, 0.0
-            for k, ((rounds, spread), rank) in enumerate(zip(spreads, ranks)):
+            for k, ((rounds, spread), rank) in enumerate(zip(sorted(finishing), ranks)):
                 finish = max(rounds + rank * spread, done, 1.0)
                 going = batch - k
                 share = 1.0
@@ -700,7 +698,9 @@ class WidthPolicy:
         self.drafted_since_plain = 0
         opening, self.opening_probe = self.opening_probe, False
         opening = opening and self.opening_due()
-        scheduled = (self.plain_streak > min(self.acceptance.probe_after, self.longest_probe_gap())
+        # (both gaps are at least FIRST_PROBE_AFTER: the cheap test first spares most plain rounds the probe's costing)
+        scheduled = (self.plain_streak > FIRST_PROBE_AFTER
+                     and self.plain_streak > min(self.acceptance.probe_after, self.longest_probe_gap())
                      and self.plain_streak > self.probe_gap())
         if (opening or scheduled) and self.drafting_could_pay():
             self.plain_streak = 0

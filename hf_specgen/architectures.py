@@ -4,8 +4,9 @@
 a few layers (random weights, fp32), skips what is not a decoder-only text LM (encoder-decoders, encoders with an LM
 head, multimodal composites), and for each mode compares greedy speculative ``generate`` with stock greedy
 ``generate`` on two prompts. A type that windows its attention (sliding windows, chunks, GPT-Neo's local layers,
-Doge's dynamic mask) is walked again with its windows shrunk to 8 tokens and calls run past them. Each (type, mode)
-ends in one of:
+Doge's dynamic mask) is walked again with its windows shrunk to 8 tokens and calls run past them. Plain decoding
+also takes a left-padded batch whose rows a CPU prefills one by one (``engine/prefill.py``; forced here, where a
+tiny model's forwards would not pay for it), against stock batched ``generate``. Each (type, mode) ends in one of:
 
   exact     the same tokens as stock generate
   refused   a ValueError from hf_specgen before decoding, whose message names the type's reason
@@ -48,6 +49,7 @@ NEW_TOKENS = 16
 # Types that window their attention are walked a second time with every window shrunk to WINDOW tokens and prompts on
 # both sides of it, run past it: a mode must then be exact or refused (doge and moshi decoded wrong tokens there).
 WINDOW, WINDOW_PROMPTS, WINDOW_NEW_TOKENS = 8, ((5, 2), (14, 3)), 20
+BATCH_LENGTHS = (7, 19, 3, 12)  # a left-padded batch of plain decoding, each row prefilled alone
 WINDOW_SETTINGS = ("sliding_window", "attention_chunk_size", "keep_window_size", "window_size")
 MAX_PARAMETERS = 10_000_000
 
@@ -199,6 +201,8 @@ def walk_one(model_type: str, modes=MODES) -> ArchitectureResult | None:
     if target is None:
         return None
     _run_modes(result, target, modes, PROMPTS, NEW_TOKENS, window_pass=False)
+    if "autoregressive" in modes and result.outcomes.get("autoregressive") == "exact":
+        _grouped_prefill_pass(result, target)
     window_config = windowed_config(model_type)
     if window_config is not None and "WRONG" not in result.outcomes.values():
         try:
@@ -238,6 +242,32 @@ def _run_modes(result: ArchitectureResult, target, modes, prompts, new_tokens: i
             result.outcomes[mode] = outcome
             if note:
                 result.notes[mode] = note
+
+
+def _grouped_prefill_pass(result: ArchitectureResult, target) -> None:
+    """Plain decoding of a left-padded batch of BATCH_LENGTHS prompts, each row prefilled alone (a forward's fixed
+    cost set to nothing in the target's cost model): WRONG or CRASH where stock batched ``generate`` differs; a
+    refusal of batches leaves the outcome of one prompt standing."""
+    from .engine.prefill import overhead_key
+    from .engine.width_policy import costs_of
+
+    costs_of(target).table(overhead_key(target.device, target.dtype)).verify.update({4: 4e-4, 68: 68e-4})
+    vocab = target.get_input_embeddings().num_embeddings
+    rng, longest = random.Random(7), max(BATCH_LENGTHS)
+    prompts = torch.zeros((len(BATCH_LENGTHS), longest), dtype=torch.long)
+    attention_mask = torch.zeros_like(prompts)
+    for b, n in enumerate(BATCH_LENGTHS):
+        prompts[b, longest - n:] = torch.tensor([rng.randrange(3, vocab - 2) for _ in range(n)])
+        attention_mask[b, longest - n:] = 1
+    settings = dict(attention_mask=attention_mask, max_new_tokens=10, do_sample=False, pad_token_id=0)
+    try:
+        expected = target.generate(prompts, **settings).tolist()
+    except Exception:  # noqa: BLE001 (stock generate cannot batch this tiny model: nothing to compare)
+        return
+    outcome, note = _one_call(target, "autoregressive", prompts, settings, expected)
+    if outcome in ("WRONG", "CRASH"):
+        result.outcomes["autoregressive"] = outcome
+        result.notes["autoregressive"] = f"a padded batch prefilled row by row: {note or 'different tokens'}"[:400]
 
 
 def _one_call(target, mode: str, prompt, settings: dict, expected) -> tuple[str, str | None]:
@@ -291,7 +321,9 @@ def support_table(results: list[ArchitectureResult], transformers_version: str, 
              f"{transformers_version} ({len(results)} types, small random configs, fp32 greedy, prompts of "
              f"{' and '.join(str(n) for n, _ in PROMPTS)} tokens, {NEW_TOKENS} new tokens, modes {', '.join(MODES)}; "
              f"types that window their attention also past a window shrunk to {WINDOW} tokens, where a mode must be "
-             f"exact or refused; regenerate with `specgen architectures --write-docs`).", "",
+             f"exact or refused; autoregressive also on a left-padded batch of "
+             f"{len(BATCH_LENGTHS)} prompts prefilled row by row; regenerate with `specgen architectures --write-docs`).",
+             "",
              f"**Exact in every mode ({len(exact)}):** " + ", ".join(f"`{t}`" for t in exact) + ".", "",
              "| model type | " + " | ".join(MODES) + " | why |", "|---|" + "---|" * len(MODES) + "---|"]
     for result in results:

@@ -59,6 +59,20 @@ def make_target(family: str = "qwen3", seed: int = 0, dtype=torch.float32, **ove
     return hf_specgen.enable(model)
 
 
+def make_gemma3n():
+    """A small Gemma 3n (built from its own config class: its defaults do not shrink generically): its last 2 of 4
+    layers read K/V that earlier layers wrote, it carries AltUp streams, and it windows its attention to 8 tokens."""
+    from transformers import AutoModelForCausalLM, Gemma3nTextConfig
+
+    config = Gemma3nTextConfig(
+        vocab_size=320, vocab_size_per_layer_input=320, hidden_size=64, hidden_size_per_layer_input=16,
+        intermediate_size=[128] * 4, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        num_kv_shared_layers=2, layer_types=["sliding_attention", "full_attention"] * 2, laurel_rank=8,
+        activation_sparsity_pattern=[0.0] * 4, sliding_window=8, max_position_embeddings=512)
+    torch.manual_seed(0)
+    return hf_specgen.enable(AutoModelForCausalLM.from_config(config).eval())
+
+
 def make_dflash(target, block_size: int = 8, num_layers: int = 2, layer_ids=None, seed: int = 1, **overrides):
     t = target.config
     torch.manual_seed(seed)

@@ -91,18 +91,11 @@ def test_gemma3n_decodes_exactly_where_it_can_and_says_why_elsewhere():
     drafters read one [B, T, H] hidden state per layer, are refused with the reason."""
     import pytest
     import torch
-    from transformers import AutoModelForCausalLM, Gemma3nTextConfig
 
-    import hf_specgen
+    from conftest import make_gemma3n
     from hf_specgen.architectures import _assistant
 
-    config = Gemma3nTextConfig(
-        vocab_size=320, vocab_size_per_layer_input=320, hidden_size=64, hidden_size_per_layer_input=16,
-        intermediate_size=[128] * 4, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-        num_kv_shared_layers=2, layer_types=["sliding_attention", "full_attention"] * 2, laurel_rank=8,
-        activation_sparsity_pattern=[0.0] * 4, sliding_window=8, max_position_embeddings=512)
-    torch.manual_seed(0)
-    target = hf_specgen.enable(AutoModelForCausalLM.from_config(config).eval())
+    target = make_gemma3n()
     prompt = torch.tensor([[5, 6, 7, 8, 9, 10, 11, 12, 13, 14]])  # past its sliding window of 8
     expected = target.generate(prompt, max_new_tokens=12, do_sample=False).tolist()
     for mode in ("autoregressive", "classic"):

@@ -15,7 +15,7 @@ from torch.overrides import TorchFunctionMode
 from transformers import LogitsProcessorList, TemperatureLogitsWarper
 
 import hf_specgen
-from conftest import MASK_TOKEN, make_dflash, make_target
+from conftest import MASK_TOKEN, make_dflash, make_gemma3n, make_target
 from test_eagle3 import make_eagle3
 from test_sampling import SAMPLES, STEPS, VOCAB, exact_joint
 
@@ -284,7 +284,8 @@ class HostReads(TorchFunctionMode):
                                   "fly"])
 def test_one_host_read_per_round(mode):
     """Greedy rounds read the device once (each row's accepted / committed counts and done flag), plus once for the
-    prefill's first tokens, once for the output's padding and once for the prompt's id range (hf_specgen/inputs.py);
+    prefill's first tokens, once for the output's padding, once for the prompt's id range (hf_specgen/inputs.py) and,
+    a padded batch on a CPU, once for its rows' lengths (a prefill in groups of like length, engine/prefill.py);
     nothing inside drafting, verifying or stopping."""
     target = make_target("qwen3")
     assistant, extra = _assistants(target)[mode]
@@ -294,7 +295,7 @@ def test_one_host_read_per_round(mode):
                               max_new_tokens=30, do_sample=False, return_dict_in_generate=True, **extra)
     rounds = out.speculative_stats.num_rounds
     assert rounds > 5
-    assert sum(counter.reads.values()) <= rounds + 3, counter.reads
+    assert sum(counter.reads.values()) <= rounds + 4, counter.reads
 
 
 def test_rows_stop_drafting_at_their_own_confidence():
@@ -336,3 +337,179 @@ def test_batches_refuse_per_prompt_scores_before_decoding():
     with pytest.raises(ValueError, match="output_scores"):
         target.generate(ids, attention_mask=mask, assistant_model=make_dflash(target), speculative_mode="dflash",
                         max_new_tokens=5, return_dict_in_generate=True, output_scores=True)
+
+
+# ---------------------------------------------------------------- a padded batch's prefill in groups (engine/prefill.py)
+def _set_forward_overhead(target, tokens: float) -> None:
+    """The target's measured cost of a forward (prefill.py's probe) as ``tokens`` tokens' worth of fixed cost."""
+    from hf_specgen.engine.prefill import PROBE_TOKENS, overhead_key
+    from hf_specgen.engine.width_policy import costs_of
+
+    costs_of(target).table(overhead_key(target.device, target.dtype)).verify.update(
+        {n: (n + tokens) * 1e-4 for n in PROBE_TOKENS})
+
+
+class _Forwards:
+    """Records the [batch, tokens] shape of every forward of ``target`` while open."""
+
+    def __init__(self, target):
+        self.target, self.shapes = target, []
+
+    def __enter__(self):
+        forward = self.target.forward
+
+        def recorded(*args, **kwargs):
+            ids = kwargs.get("input_ids", args[0] if args else None)
+            self.shapes.append(tuple(ids.shape))
+            return forward(*args, **kwargs)
+
+        self.target.forward = recorded
+        return self
+
+    def __exit__(self, *exc):
+        del self.target.forward  # the class's forward again
+
+
+def test_prefill_groups_cost_least_and_keep_one_forward_where_groups_save_little():
+    """Rows sorted by length and cut where ``overhead + rows * longest`` summed over the groups is least (checked
+    against every cut of the sorted rows); one group, the whole batch, unless that saves over a tenth."""
+    import itertools
+
+    from hf_specgen.engine.prefill import MIN_SAVING, prefill_groups
+
+    def cost(groups, lengths, overhead):
+        return sum(overhead + len(g) * max(lengths[b] for b in g) for g in groups)
+
+    rng = random.Random(0)
+    for _ in range(200):
+        lengths = [rng.randrange(1, 300) for _ in range(rng.randrange(2, 8))]
+        overhead = rng.choice([0.0, 10.0, 40.0, 200.0, float("inf")])
+        groups = prefill_groups(lengths, overhead)
+        assert sorted(b for g in groups for b in g) == list(range(len(lengths)))  # every row once
+        order = sorted(range(len(lengths)), key=lambda b: -lengths[b])
+        padded = overhead + len(lengths) * max(lengths)
+        best = min(cost([order[i:j] for i, j in zip((0, *cuts), (*cuts, len(order)))], lengths, overhead)
+                   for k in range(len(order)) for cuts in itertools.combinations(range(1, len(order)), k))
+        if best <= MIN_SAVING * padded:
+            assert cost(groups, lengths, overhead) == pytest.approx(best), (lengths, overhead, groups)
+        else:
+            assert groups == [list(range(len(lengths)))], (lengths, overhead, groups)
+    assert prefill_groups([245, 40, 42, 44, 39, 100], 40.0) == [[0], [5], [3, 2, 1, 4]]
+    assert prefill_groups([50, 48, 47], 40.0) == [[0, 1, 2]]  # a few pad tokens: the one padded forward
+
+
+@pytest.mark.parametrize("family,extra", [("qwen3", {}), ("mistral", {"sliding_window": 8})])
+def test_a_padded_cpu_batch_prefills_its_rows_in_groups_and_keeps_stock_tokens(family, extra):
+    """Rows of a left-padded batch prefilled in groups of like length (each row alone here: no fixed cost per forward)
+    write their K/V where the padded forward would: every mode decodes stock batched greedy's tokens, past a sliding
+    window too, and each drafter accepts in every round what it accepts after the padded prefill (the taps' padding
+    slots are zeros there, which nothing attends)."""
+    target = make_target(family, seed=3, **extra)
+    ids, mask = padded_batch(random.Random(9), [6, 31, 12, 30, 2, 17])
+    ref = target.generate(ids, attention_mask=mask, max_new_tokens=20, do_sample=False, eos_token_id=None)
+    target.generate(ids[:1], speculative_mode="autoregressive", max_new_tokens=1)  # (the engine probe's forwards)
+    dflash, eagle = make_dflash(target, block_size=8), make_eagle3(target)
+    calls = {
+        "autoregressive": (None, {}),
+        "dflash": (dflash, {"block_size": 8}),
+        "dflash-default": (dflash, {}),
+        "eagle3": (eagle, {"eagle_top_k": 1, "num_draft_tokens": 4}),
+        "eagle3-tree": (eagle, {"eagle_top_k": 3, "eagle_depth": 4, "eagle_total_tokens": 10}),
+        "classic": (make_target(family, seed=5, num_hidden_layers=1, **extra), {"num_draft_tokens": 4}),
+        "whiflash": (hf_specgen.WhiFlash(ar=eagle, parallel=dflash, router="random"), {"eagle_top_k": 1}),
+    }
+    for call, (assistant, options) in calls.items():
+        accepted = {}
+        for overhead in (0.0, float("inf")):  # each row alone; one padded forward
+            _set_forward_overhead(target, overhead)
+            with _Forwards(target) as forwards:
+                out = target.generate(ids, attention_mask=mask, assistant_model=assistant,
+                                      speculative_mode=call.split("-")[0], max_new_tokens=20, do_sample=False,
+                                      eos_token_id=None, return_dict_in_generate=True, **options)
+            assert out.sequences.tolist() == ref.tolist(), (call, overhead)
+            prefills = [shape for shape in forwards.shapes if shape[1] > 1 and shape[0] in (1, 6)][:6]
+            if overhead == 0.0:  # the longest rows first, each alone and unpadded
+                assert prefills == [(1, 31), (1, 30), (1, 17), (1, 12), (1, 6), (1, 2)], (call, forwards.shapes)
+            else:
+                assert prefills[0] == (6, 31), (call, forwards.shapes)
+            accepted[overhead] = out.speculative_stats.row_acceptance_lengths
+        if call != "whiflash" and call != "dflash-default":  # (a random router; a policy reading the clock)
+            assert accepted[0.0] == accepted[float("inf")], call
+
+
+def test_the_prefills_forward_cost_is_measured_once_and_saved_with_the_costs(tmp_path):
+    """The first padded batch on a CPU times two batch-1 forwards (4 and 68 tokens, twice each after one untimed)
+    and keeps them in the target's cost model; later calls, and a target given the saved costs, time nothing."""
+    from hf_specgen.engine.width_policy import costs_of
+
+    ids, mask = padded_batch(random.Random(4), [20, 3, 9])
+    target = make_target("llama", seed=2)
+    target.generate(ids[:1], speculative_mode="autoregressive", max_new_tokens=1)  # (the engine probe's forwards)
+    probes = [(1, 4)] * 3 + [(1, 68)] * 2
+    with _Forwards(target) as forwards:
+        target.generate(ids, attention_mask=mask, speculative_mode="autoregressive", max_new_tokens=4)
+        first = [shape for shape in forwards.shapes if shape in ((1, 4), (1, 68))]
+        target.generate(ids, attention_mask=mask, speculative_mode="autoregressive", max_new_tokens=4)
+    assert sorted(first) == sorted(probes) and forwards.shapes.count((1, 68)) == 2
+    saved = costs_of(target).to_dict()["cpu|float32|prefill"]["verify"]
+    assert set(saved) == {"4", "68"} and 0 < saved["4"] < saved["68"]
+    hf_specgen.save_costs(target, tmp_path / "costs.json")
+    fresh = make_target("llama", seed=2)
+    fresh.generate(ids[:1], speculative_mode="autoregressive", max_new_tokens=1)
+    hf_specgen.load_costs(fresh, tmp_path / "costs.json")
+    with _Forwards(fresh) as forwards:
+        fresh.generate(ids, attention_mask=mask, speculative_mode="autoregressive", max_new_tokens=4)
+    assert (1, 68) not in forwards.shapes
+
+
+def test_a_target_whose_layers_share_kv_prefills_its_batches_padded():
+    """Gemma 3n's last layers read K/V that earlier layers wrote (no cache of their own): a group's cache then lacks
+    those layers, so the call prefills the padded batch instead, with stock tokens, and the target's later calls
+    prefill padded from the start."""
+    target = make_gemma3n()
+    _set_forward_overhead(target, 0.0)
+    ids, mask = padded_batch(random.Random(5), [4, 15, 9])
+    target.generate(ids[:1], speculative_mode="autoregressive", max_new_tokens=1)  # (the engine probe's forwards)
+    ref = target.generate(ids, attention_mask=mask, max_new_tokens=10, do_sample=False, pad_token_id=0)
+    for attempt in ("first", "later"):
+        with _Forwards(target) as forwards:
+            out = target.generate(ids, attention_mask=mask, speculative_mode="autoregressive", max_new_tokens=10,
+                                  do_sample=False, pad_token_id=0)
+        assert out.tolist() == ref.tolist(), attempt
+        prefills = [shape for shape in forwards.shapes if shape[1] > 1 and shape[0] in (1, 3)]
+        assert prefills[-1] == (3, 15), (attempt, forwards.shapes)
+        assert ((1, 15) in prefills) == (attempt == "first"), (attempt, forwards.shapes)
+
+
+def test_each_groups_kv_taps_and_last_logits_are_the_padded_forwards_at_the_rows_real_slots():
+    """What the grouped prefill hands the engine, against one padded forward of the whole batch: each row's K/V in
+    every layer and the tapped hidden states at the row's real slots, and the last prompt token's logits."""
+    from transformers import DynamicCache
+
+    from hf_specgen.engine.cache import static_cache
+    from hf_specgen.engine.prefill import prefill_groups, prefill_in_groups
+    from hf_specgen.engine.support import cache_keyword
+    from hf_specgen.engine.taps import tapped
+
+    target = make_target("qwen3", seed=3)
+    lengths = [6, 31, 12, 30, 2, 17]
+    ids, mask = padded_batch(random.Random(9), lengths)
+    batch, prompt_len = ids.shape
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    key = cache_keyword(target)
+    with torch.no_grad(), tapped(target, [1, 3]) as tap:
+        padded_cache = DynamicCache()
+        out = target(input_ids=ids, attention_mask=mask, position_ids=positions, **{key: padded_cache}, use_cache=True)
+        padded_features = tap.features()
+        cache = static_cache(prompt_len + 8, target.config.num_hidden_layers, batch)
+        groups = prefill_groups(lengths, 0.0)
+        assert len(groups) == batch
+        logits, features = prefill_in_groups(target, groups, lengths, ids, mask, positions, cache, tap, key, {})
+    torch.testing.assert_close(logits, out.logits[:, -1:], rtol=1e-5, atol=1e-5)
+    for b, n in enumerate(lengths):
+        real = slice(prompt_len - n, prompt_len)
+        torch.testing.assert_close(features[b, real], padded_features[b, real], rtol=1e-5, atol=1e-5)
+        assert not features[b, : prompt_len - n].any()  # the padding's taps: zeros
+        for mine, theirs in zip(cache.layers, padded_cache.layers):
+            torch.testing.assert_close(mine.keys[b, :, real], theirs.keys[b, :, real], rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(mine.values[b, :, real], theirs.values[b, :, real], rtol=1e-5, atol=1e-5)

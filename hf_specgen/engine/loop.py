@@ -31,6 +31,7 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 from .cache import CachePool, restore_states, set_cache_length, snapshot_states
 from .graphs import BUILDING_CALLS, CACHE_BUCKET, StepRunner, build_drafting_graphs, built_widths
 from .lookup import PromptLookup
+from .prefill import forward_overhead_tokens, prefill_groups, prefill_in_groups, prefills_in_groups
 from .session import DecodingSession
 from .stats import RoundClock, SpeculativeStats
 from .support import (attention_layout, cache_keyword, check_target, hybrid_layer_indices, layer_masks, model_type,
@@ -385,13 +386,15 @@ class SpeculativeDecoder:
                 prefill_mask = session.prefill_mask()
                 if padded_prefill:  # recurrent layers take the 2D padding mask (stock generate passes the same)
                     prefill_mask = layer_masks(target, prefill_mask, attention_mask)
-                out = target(input_ids=input_ids, position_ids=session.positions[:, :prompt_len],
-                             attention_mask=prefill_mask, **{self._cache_key: self.cache}, use_cache=True,
-                             **self._last_logits_only)
-                last_logits = out.logits[:, -1:]  # [B, 1, V]
+                prefilled = self._prefill_without_padding(input_ids, attention_mask, session, tap)
+                if prefilled is None:
+                    out = target(input_ids=input_ids, position_ids=session.positions[:, :prompt_len],
+                                 attention_mask=prefill_mask, **{self._cache_key: self.cache}, use_cache=True,
+                                 **self._last_logits_only)
+                    prefilled = out.logits[:, -1:], tap.features() if tap is not None else None
+                last_logits, prompt_features = prefilled  # [B, 1, V]; [B, P, n_taps*H] or None
                 scores = process_block_logits(last_logits, session, input_ids[:, -1:], logits_processor)
                 first = target_choices(scores, do_sample)  # [B, 1]
-                prompt_features = tap.features() if tap is not None else None  # [B, P, n_taps*H]
                 zero = torch.zeros(batch, dtype=torch.long, device=input_ids.device)
                 _, active_rows = commit(RoundResult(zero, first, scores, last_logits, None), zero + 1)
                 observe = getattr(self.proposer, "observe", None)  # routers read the target at the newest token
@@ -399,7 +402,7 @@ class SpeculativeDecoder:
                 if active_rows:
                     self.proposer.start(session, prompt_features)
                     if observe is not None:
-                        observe(out.logits[:, -1], prompt_features[:, -1], active_rows)
+                        observe(last_logits[:, -1], prompt_features[:, -1], active_rows)
                 policy = self._width_policy(session, show, copying) if self.adaptive and active_rows else None
                 segments = [(policy, 0)]  # each policy of the call and its first round (dropping rows changes it)
                 # An eager batch drops its finished rows (below), with a proposer that keeps per-row state it can
@@ -583,6 +586,31 @@ class SpeculativeDecoder:
             logits=tuple(lg[None] for lg in logits_out) if want_logits else None,
             speculative_stats=stats,
         )
+
+    def _prefill_without_padding(self, input_ids, attention_mask, session: DecodingSession, tap):
+        """A left-padded batch on a CPU prefilled in groups of rows of like length (prefill.py), where that pays:
+        the last prompt token's logits [B, 1, V] and the taps' features [B, P, F] (or None); None for the padded
+        prefill (one row, no padding, a GPU, recurrent layers, or no grouping that saves enough)."""
+        batch, prompt_len = input_ids.shape
+        if (batch == 1 or attention_mask is None or input_ids.device.type != "cpu" or self._state_layers
+                or not prefills_in_groups(self.target)):
+            return None
+        # each row's real tokens, and how many of them end the row (all of them: left padding), in one read
+        lengths, suffixes = torch.stack([attention_mask.sum(-1), attention_mask.flip(-1).cumprod(-1).sum(-1)]).tolist()
+        if lengths != suffixes or min(lengths) == prompt_len:
+            return None
+        dtype = self.target.get_input_embeddings().weight.dtype
+        overhead = forward_overhead_tokens(self.target, input_ids.device, dtype, self._cache_key,
+                                           self._last_logits_only)
+        groups = prefill_groups(lengths, overhead)
+        if len(groups) == 1:
+            return None
+        prefilled = prefill_in_groups(self.target, groups, lengths, input_ids, attention_mask, session.positions,
+                                      self.cache, tap, self._cache_key, self._last_logits_only)
+        if prefilled is None:  # a layer kept no K/V of its own: this target prefills its batches padded
+            return None
+        set_cache_length(self.cache, prompt_len)
+        return prefilled
 
     # ------------------------------------------------------------------ recurrent layers
     @staticmethod

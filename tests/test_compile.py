@@ -75,13 +75,14 @@ def test_every_compiled_mode_returns_the_stock_tokens():
     """The benchmark compiles every mode of our engine: classic, EAGLE-3 tree and chain, WhiFlash switching drafter
     every round, DFlash trees. Each must still return the stock greedy tokens."""
     import hf_specgen
-    from test_batch import _set_forward_overhead, padded_batch
+    from hf_specgen.engine.prefill import set_forward_overhead
+    from test_batch import padded_batch
     from test_eagle3 import make_eagle3
     from test_whiflash import Alternate
 
     torch._dynamo.reset()
     target = make_target("qwen3", seed=8)
-    _set_forward_overhead(target, 0.0)  # the batches' rows prefilled alone (engine/prefill.py), then compiled steps
+    set_forward_overhead(target, 0.0)  # the batches' rows prefilled alone (engine/prefill.py), then compiled steps
     small = make_target("qwen3", seed=5, num_hidden_layers=1)
     eagle, dflash = make_eagle3(target), make_dflash(target, block_size=6)
     cases = [dict(assistant_model=small, speculative_mode="classic", num_draft_tokens=4),

@@ -19,6 +19,7 @@ prefill.
 
 from __future__ import annotations
 
+import math
 import time
 import weakref
 
@@ -67,6 +68,16 @@ def forward_overhead_tokens(target, device: torch.device, dtype: torch.dtype, ca
     return max(0.0, table.verify[short] - short * per_token) / per_token
 
 
+def set_forward_overhead(target, tokens: float, device=None, dtype=None) -> None:
+    """Record for ``target`` (its own device and dtype unless given) a forward's fixed cost of ``tokens`` tokens, in
+    place of a measurement: 0 prefills every row of like length alone, ``inf`` keeps the padded forward (the
+    architecture walk and the tests choose either way)."""
+    device = device if device is not None else target.device
+    dtype = dtype if dtype is not None else target.dtype
+    costs_of(target).table(overhead_key(device, dtype)).verify.update(
+        {n: 1e-3 if math.isinf(tokens) else (n + tokens) * 1e-4 for n in PROBE_TOKENS})  # (inf: no cost per token)
+
+
 def prefill_groups(lengths: list[int], overhead_tokens: float) -> list[list[int]]:
     """The batch rows (indices into ``lengths``, each row's real tokens) cut into groups that cost least as
     ``sum(overhead + rows * longest row)``; one group, the whole batch, where that is within MIN_SAVING of the
@@ -82,7 +93,7 @@ def prefill_groups(lengths: list[int], overhead_tokens: float) -> list[list[int]
             cost = best[j] + overhead_tokens + (i - j) * longest_first[j]
             if cost < best[i]:
                 best[i], cut[i] = cost, j
-    if best[batch] > MIN_SAVING * padded:
+    if not math.isfinite(overhead_tokens) or best[batch] > MIN_SAVING * padded:
         return [list(range(batch))]
     groups, i = [], batch
     while i > 0:

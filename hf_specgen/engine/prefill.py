@@ -13,8 +13,8 @@ tokens of a prompt-sized forward, plus a fixed cost of the Python and the kernel
 measured once per (device, dtype) on the target (two batch-1 forwards of 4 and 68 tokens, the fastest of two each) and
 kept in its cost model, which ``save_costs`` / ``load_costs`` carry. The grouping that costs least under that model
 comes from a dynamic program over the sorted lengths. Attention grows faster than linearly with a row's length, so the
-model understates what splitting saves. GPUs are left alone: their forward's time hardly grows with the tokens of a
-prefill.
+model understates what splitting saves. GPUs keep the padded forward: until a GPU is compute-bound its forward's time
+grows little with the tokens, so more forwards would cost more than the padding (not measured here).
 """
 
 from __future__ import annotations

@@ -248,16 +248,14 @@ def _grouped_prefill_pass(result: ArchitectureResult, target) -> None:
     """Plain decoding of a left-padded batch of BATCH_LENGTHS prompts, each row prefilled alone (a forward's fixed
     cost set to nothing in the target's cost model): WRONG or CRASH where stock batched ``generate`` differs; a
     refusal of batches leaves the outcome of one prompt standing."""
+    from .bench.batch_curve import left_padded
     from .engine.prefill import set_forward_overhead
 
     set_forward_overhead(target, 0.0)
     vocab = target.get_input_embeddings().num_embeddings
-    rng, longest = random.Random(7), max(BATCH_LENGTHS)
-    prompts = torch.zeros((len(BATCH_LENGTHS), longest), dtype=torch.long)
-    attention_mask = torch.zeros_like(prompts)
-    for b, n in enumerate(BATCH_LENGTHS):
-        prompts[b, longest - n:] = torch.tensor([rng.randrange(3, vocab - 2) for _ in range(n)])
-        attention_mask[b, longest - n:] = 1
+    rng = random.Random(7)
+    prompts, attention_mask = left_padded(
+        [torch.tensor([[rng.randrange(3, vocab - 2) for _ in range(n)]]) for n in BATCH_LENGTHS], 0)
     settings = dict(attention_mask=attention_mask, max_new_tokens=10, do_sample=False, pad_token_id=0)
     try:
         expected = target.generate(prompts, **settings).tolist()

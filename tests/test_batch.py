@@ -438,12 +438,12 @@ def test_the_prefills_forward_cost_is_measured_once_and_saved_with_the_costs(tmp
     ids, mask = padded_batch(random.Random(4), [20, 3, 9])
     target = make_target("llama", seed=2)
     target.generate(ids[:1], speculative_mode="autoregressive", max_new_tokens=1)  # (the engine probe's forwards)
-    probes = [(1, 4)] * 3 + [(1, 68)] * 2
+    probes = [(1, 4)] * 3 + [(1, 68)] * 3
     with _Forwards(target) as forwards:
         target.generate(ids, attention_mask=mask, speculative_mode="autoregressive", max_new_tokens=4)
         first = [shape for shape in forwards.shapes if shape in ((1, 4), (1, 68))]
         target.generate(ids, attention_mask=mask, speculative_mode="autoregressive", max_new_tokens=4)
-    assert sorted(first) == sorted(probes) and forwards.shapes.count((1, 68)) == 2
+    assert sorted(first) == sorted(probes) and forwards.shapes.count((1, 68)) == 3
     saved = costs_of(target).to_dict()["cpu|float32|prefill"]["verify"]
     assert set(saved) == {"4", "68"} and 0 < saved["4"] < saved["68"]
     hf_specgen.save_costs(target, tmp_path / "costs.json")

@@ -10,7 +10,8 @@ K/V then go to its rows' slots of the engine's static cache, where a padded pref
 
 Where to cut: a forward costs about ``overhead + tokens`` in units of one token's share (a CPU's time is linear in the
 tokens of a prompt-sized forward, plus a fixed cost of the Python and the kernels of every layer). The overhead is
-measured once per (device, dtype) on the target (two batch-1 forwards of 4 and 68 tokens, the fastest of two each) and
+measured once per (device, dtype) on the target (two batch-1 forwards of 4 and 68 tokens, the fastest of two each,
+``measure_verify_costs``) and
 kept in its cost model, which ``save_costs`` / ``load_costs`` carry. The grouping that costs least under that model
 comes from a dynamic program over the sorted lengths. Attention grows faster than linearly with a row's length, so the
 model understates what splitting saves. GPUs keep the padded forward: until a GPU is compute-bound its forward's time
@@ -20,13 +21,12 @@ grows little with the tokens, so more forwards would cost more than the padding 
 from __future__ import annotations
 
 import math
-import time
 import weakref
 
 import torch
 from transformers import DynamicCache
 
-from .width_policy import costs_of
+from .width_policy import costs_of, measure_verify_costs
 
 PROBE_TOKENS = (4, 68)  # the two batch-1 forwards whose times give a forward's fixed cost in tokens
 MIN_SAVING = 0.9  # prefill in groups only where the model says it costs at most this share of the padded forward
@@ -51,17 +51,13 @@ def forward_overhead_tokens(target, device: torch.device, dtype: torch.dtype, ca
     table = costs_of(target).table(overhead_key(device, dtype))
     short, long = PROBE_TOKENS
     if not all(n in table.verify for n in PROBE_TOKENS):
-        def forward(n: int) -> float:
+        def forward(n: int) -> None:
             ids = torch.zeros((1, n), dtype=torch.long, device=device)  # (what the tokens are costs nothing)
-            start = time.perf_counter()
             target(input_ids=ids, position_ids=torch.arange(n, device=device)[None],
                    **{cache_key: DynamicCache()}, use_cache=True, **logits_kwargs)
-            return time.perf_counter() - start
 
-        forward(short)  # allocations
-        times = [(forward(short), forward(long)) for _ in range(2)]
-        table.verify[short] = min(t for t, _ in times)
-        table.verify[long] = min(t for _, t in times)
+        # one untimed forward of each (allocations), then the fastest of two timed ones
+        table.verify.update(measure_verify_costs(forward, PROBE_TOKENS, device, budget=0.0, min_passes=2))
     per_token = (table.verify[long] - table.verify[short]) / (long - short)
     if per_token <= 0:  # too fast to tell apart (a tiny model): one forward for the batch
         return float("inf")

@@ -230,10 +230,11 @@ def load_costs(model, path) -> None:
 
 
 def measure_verify_costs(run_verify, widths: tuple[int, ...], device: torch.device,
-                         warmups: int = 1, budget: float = MEASURE_BUDGET_SECONDS) -> dict[int, float]:
+                         warmups: int = 1, budget: float = MEASURE_BUDGET_SECONDS, min_passes: int = 1
+                         ) -> dict[int, float]:
     """Seconds of ``run_verify(w)`` for each width: ``warmups`` untimed calls at every width (allocations; a compiled
     step compiles on its first call and records its CUDA graph on the second), then timed passes, the fastest kept,
-    repeated while the timed passes stay within ``budget`` seconds (0: one pass)."""
+    at least ``min_passes`` and repeated while the timed passes stay within ``budget`` seconds (0: no more)."""
 
     def timed(w: int) -> float:
         if device.type == "cuda":
@@ -250,7 +251,7 @@ def measure_verify_costs(run_verify, widths: tuple[int, ...], device: torch.devi
     start = time.perf_counter()
     best = {w: timed(w) for w in widths}
     passes = 1
-    while passes < 5 and time.perf_counter() - start + sum(best.values()) <= budget:
+    while passes < min_passes or (passes < 5 and time.perf_counter() - start + sum(best.values()) <= budget):
         for w in widths:
             best[w] = min(best[w], timed(w))
         passes += 1

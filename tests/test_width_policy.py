@@ -409,6 +409,35 @@ def test_a_batch_that_shrinks_into_a_new_bucket_times_it_in_one_pass(monkeypatch
     assert timings[0].get("warmups", 1) >= 1  # the call's first timing (bucket 8) as before
 
 
+def test_a_batch_that_shrinks_into_a_bucket_without_drafting_timed_keeps_choosing_by_the_larger_batchs(monkeypatch):
+    """A batch whose rows leave moves into smaller batch buckets mid-call; where a bucket's table has no drafting
+    cost, its policy chooses by the larger batch's (fewer rows draft for no more) instead of drafting untimed whole
+    blocks, which a call's last rounds are too few to time: with a useless drafter the rounds after each move stay
+    plain steps, the tokens stay stock's, and the smaller buckets' tables are left for a call of their own to time."""
+    from hf_specgen.engine.width_policy import batch_bucket
+
+    target = make_target("qwen3", seed=5)
+    drafter = make_dflash(target, block_size=8)
+    ids, mask = padded_batch(random.Random(12), [9, 20, 14, 3, 30, 7, 11, 25])
+    free = target.generate(ids, attention_mask=mask, max_new_tokens=60, do_sample=False, eos_token_id=None)
+    stops = [int(free[b, ids.shape[1] + 20 + 4 * b]) for b in range(4)]  # (random text: they end other rows too)
+    ref = target.generate(ids, attention_mask=mask, max_new_tokens=60, do_sample=False, eos_token_id=stops,
+                          pad_token_id=0)
+    ForwardClock(monkeypatch, target, drafter)  # drafting costs 0.8 plain steps: a useless drafter never pays
+    out = target.generate(ids, attention_mask=mask, assistant_model=drafter, speculative_mode="dflash",
+                          max_new_tokens=60, do_sample=False, eos_token_id=stops, pad_token_id=0,
+                          return_dict_in_generate=True, prompt_lookup=False)
+    assert out.sequences.tolist() == ref.tolist()
+    stats = out.speculative_stats
+    buckets = [batch_bucket(size) for size in stats.round_batch_sizes]
+    moved = [i for i in range(1, len(buckets)) if buckets[i] != buckets[i - 1]]
+    assert len(moved) >= 2 and stats.round_widths[moved[0] - 1] == 1  # plain steps before the first move
+    for first in moved:  # each smaller bucket's first rounds (before the fix: 3 untimed drafting rounds each)
+        assert stats.round_widths[first: first + 3] == [1] * len(stats.round_widths[first: first + 3]), first
+    tables = width_policy.costs_of(target).tables
+    drafted = [key for key, table in tables.items() if table.draft is not None]
+    assert len(drafted) == 1 and "|batch8|" in drafted[0]  # the fallback is no measurement
+
 def test_each_round_tells_the_policy_which_rows_remain_and_what_each_may_still_commit(monkeypatch):
     """The loop hands the width policy, before each round of a batch, the active rows' places in the caller's batch
     and the tokens each may still commit (max_new_tokens less what it has), also after finished rows have left the

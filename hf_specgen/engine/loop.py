@@ -551,7 +551,8 @@ class SpeculativeDecoder:
                         active_rows = list(range(len(active_rows)))
                         if policy is not None and batch_bucket(session.batch_size) != bucket:
                             policy = self._drafter_policy(self.proposer, self.width, session, show,
-                                                          lambda fresh, kept=policy.acceptance: kept, quick=True)
+                                                          lambda fresh, kept=policy.acceptance: kept, quick=True,
+                                                          draft_fallback=policy.whole_block_draft_seconds)
                             segments.append((policy, len(stats.round_widths)))
                 t2 = clock.mark()
         finally:
@@ -701,11 +702,13 @@ class SpeculativeDecoder:
                                                       refeeds=bool(self._state_layers)))
 
     def _drafter_policy(self, proposer, width: int, session: DecodingSession, show, acceptance,
-                        borrow: WidthPolicy | None = None, quick: bool = False) -> WidthPolicy:
+                        borrow: WidthPolicy | None = None, quick: bool = False,
+                        draft_fallback: float | None = None) -> WidthPolicy:
         """The width policy of one proposer drafting blocks of up to ``width`` rows; ``acceptance(fresh estimate)``
         gives the call's estimate. ``borrow``: a policy of the same call whose measured verify costs this one's table
         takes where it lacks them (the same target forwards). ``quick``: costs the table lacks are timed in one
-        pass (``_measure_verify_costs``)."""
+        pass (``_measure_verify_costs``). ``draft_fallback``: the drafting cost to choose by where the table has
+        none (WidthPolicy.draft_fallback)."""
         widths = width_buckets(width, self.compile_steps)
         # Verified whole, or a plain step: a router's tree; and FLy's block, since its rule keeps a mismatch only with
         # W matching drafts after it, so a prefix loses the rescues FLy is for (on the tiny world a prefix chosen as
@@ -746,7 +749,7 @@ class SpeculativeDecoder:
             share = None
         # a call of one prompt opens with a probe where plain steps are expected (not a batch, nor a batch that shrank)
         return WidthPolicy(widths, table, acceptance(fresh), share, refeeds=bool(self._state_layers),
-                           opening_probe=session.batch_size == 1 and not quick)
+                           opening_probe=session.batch_size == 1 and not quick, draft_fallback=draft_fallback)
 
     def _quick_timing(self, quick: bool) -> dict:
         """A call whose batch shrank into a bucket the table lacks times that bucket's forwards in the middle of the

@@ -13,7 +13,8 @@ the same engine). The policy picks the width with the most expected tokens per s
 - ``draft`` is the fastest of the first call's first DRAFT_TIMING_ROUNDS steady drafting rounds (drafts of the
   whole block, verified at the width that would pay best were drafting free), and follows the rounds likewise; a
   DFlash round of w rows drafts only its w - 1 tokens through the lm_head, so it costs ``draft`` less that share of
-  ``draft_head`` (the lm_head over the whole block's rows, timed once);
+  ``draft_head`` (the lm_head over the whole block's rows, timed once); a batch that shrank mid-call into a bucket
+  whose ``draft`` was never timed chooses by the larger bucket's (``WidthPolicy.draft_fallback``);
 - a compiled step's first calls at a new shape compile and record a CUDA graph (seconds, where a replay takes
   milliseconds): measurements start after warm-ups, and a call teaches the table the median of its rounds at each
   width, never more than twice the cost it had, so such a one-off never makes drafting look slow (measured on an
@@ -468,7 +469,7 @@ class WidthPolicy:
 
     def __init__(self, widths: tuple[int, ...], costs: CostTable,
                  acceptance: AcceptanceEstimate | TreeAcceptanceEstimate, draft_share=None, refeeds: bool = False,
-                 drafts: bool = True, opening_probe: bool = True):
+                 drafts: bool = True, opening_probe: bool = True, draft_fallback: float | None = None):
         self.widths = widths
         # drafts=False: its rounds verify tokens that cost nothing to propose (copied tokens, CopyingWidthPolicy):
         # no drafting cost, none timed, none learned
@@ -481,6 +482,12 @@ class WidthPolicy:
         # forward drafts the block, less the lm_head rows past w (DFlash)
         self.draft_share = draft_share
         self.costs = costs
+        # the drafting cost to choose by while ``costs`` has none: a batch that shrank mid-call into a bucket whose
+        # drafting was never timed takes the larger batch's (fewer rows draft for no more). Without it the call's
+        # last rounds drafted untimed, never a plain step, and could not time drafting for the next call either (a
+        # tail is shorter than DRAFT_TIMING_ROUNDS): the tiny world's batch of 8 with EAGLE-3 ended every call with
+        # rounds of 8 and 4 rows that cost 3.4 and 2.5 plain steps where its rounds before were plain
+        self.draft_fallback = draft_fallback
         self.acceptance = acceptance
         self.plain_streak = 0
         self.probing: str | None = None  # this round's probe: "scheduled" (after plain_streak) or "opening"
@@ -509,7 +516,12 @@ class WidthPolicy:
 
     @property
     def needs_draft_timing(self) -> bool:
-        return self.drafts and self.costs.draft is None
+        return self.drafts and self.whole_block_draft_seconds is None
+
+    @property
+    def whole_block_draft_seconds(self) -> float | None:
+        """Seconds of drafting the whole block: the table's, else the fallback (None: not yet timed)."""
+        return self.costs.draft if self.costs.draft is not None else self.draft_fallback
 
     def timed_draft(self, seconds: float) -> None:
         """One steady drafting round's clock; the fastest of DRAFT_TIMING_ROUNDS becomes the drafting cost."""
@@ -523,8 +535,8 @@ class WidthPolicy:
         if width == 1 or not self.drafts:
             return 0.0
         if self.draft_share is not None:
-            return self.costs.draft * self.draft_share(width)
-        return max(self.costs.draft - self._skipped_head(width), 0.0)
+            return self.whole_block_draft_seconds * self.draft_share(width)
+        return max(self.whole_block_draft_seconds - self._skipped_head(width), 0.0)
 
     def _skipped_head(self, width: int) -> float:
         block = self.widths[-1]

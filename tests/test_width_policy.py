@@ -438,6 +438,7 @@ def test_a_batch_that_shrinks_into_a_bucket_without_drafting_timed_keeps_choosin
     drafted = [key for key, table in tables.items() if table.draft is not None]
     assert len(drafted) == 1 and "|batch8|" in drafted[0]  # the fallback is no measurement
 
+
 def test_each_round_tells_the_policy_which_rows_remain_and_what_each_may_still_commit(monkeypatch):
     """The loop hands the width policy, before each round of a batch, the active rows' places in the caller's batch
     and the tokens each may still commit (max_new_tokens less what it has), also after finished rows have left the

@@ -600,8 +600,8 @@ class SpeculativeDecoder:
         lengths, suffixes = torch.stack([attention_mask.sum(-1), attention_mask.flip(-1).cumprod(-1).sum(-1)]).tolist()
         if lengths != suffixes or min(lengths) == prompt_len:
             return None
-        dtype = self.target.get_input_embeddings().weight.dtype
-        overhead = forward_overhead_tokens(self.target, input_ids.device, dtype, self._cache_key,
+        # (keyed as the width policy's costs are: the session's device and the target's dtype)
+        overhead = forward_overhead_tokens(self.target, session.device, session.mask_dtype, self._cache_key,
                                            self._last_logits_only)
         groups = prefill_groups(lengths, overhead)
         if len(groups) == 1:

@@ -69,7 +69,7 @@ def set_forward_overhead(target, tokens: float, device=None, dtype=None) -> None
     place of a measurement: 0 prefills every row of like length alone, ``inf`` keeps the padded forward (the
     architecture walk and the tests choose either way)."""
     device = device if device is not None else target.device
-    dtype = dtype if dtype is not None else target.dtype
+    dtype = dtype if dtype is not None else target.get_input_embeddings().weight.dtype  # (the engine's key)
     costs_of(target).table(overhead_key(device, dtype)).verify.update(
         {n: 1e-3 if math.isinf(tokens) else (n + tokens) * 1e-4 for n in PROBE_TOKENS})  # (inf: no cost per token)
 

@@ -16,11 +16,17 @@ The data also hold the drafter's probability of every draft (files measured befo
 are there, EAGLE-3's replay stops its chain when unsure and verifies ``WidthPolicy.confident_width``'s choice, as the
 engine does on a CPU, and prints the replay without that beside it (and DFlash's with it, drafting its whole block).
 
+``--whiflash`` replays WhiFlash's default call too (``RoutedWidthPolicy`` over both drafters, each round's context the
+router's vote there, EAGLE-3's rounds stopping when unsure, both drafters on one verify table as in its calls), and
+beside it the same with the vote ignored; it needs the router's vote after every answer token, which files measured
+before 2026-11-28 (a later session) lack and ``--add-votes`` adds (decoding stock's answers again).
+
 Variants set the module's constants: ``--variant carried4=CARRIED_WEIGHT:4``. ``--costs FILE`` replays the same
 calls under another cost table (this machine's, in ``--costs-dtype``, measured into FILE when it does not exist):
 the drafters' acceptance barely depends on the machine, the costs do.
 
     python scripts/policy_replay.py --per-category 4 --threads 2 --variant carried4=CARRIED_WEIGHT:4
+    python scripts/policy_replay.py --data docs/benchmarks/unsure_stop_avx2/seed0.json --whiflash --noise 0
 """
 
 from __future__ import annotations
@@ -38,7 +44,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 import hf_specgen
 from hf_specgen.bench.prompt_sets import chat_ids, pick_prompts
 from hf_specgen.drafters.dflash import DraftHead
+from hf_specgen.drafters.whiflash import route
 from hf_specgen.engine import width_policy
+from hf_specgen.engine.taps import decoder_layers, tapped
 from hf_specgen.targets import resolve_target
 from hf_specgen.training.dflash_trainer import block_leading_matches, build_anchor_batch, drafter_block_states
 from hf_specgen.training.eagle3_trainer import chain_leading_matches, tapped_features, ttt_batch, ttt_forward
@@ -46,6 +54,7 @@ from hf_specgen.training.lm import chat_examples
 
 DRAFTERS = {"dflash": "hub_models/smollm2-135m-instruct-dflash-b16",
             "eagle3": "hub_models/smollm2-135m-instruct-eagle3"}
+WHIFLASH = "hub_models/smollm2-135m-instruct-whiflash"  # the same two drafters and a router
 
 
 def _rounded(probabilities: torch.Tensor) -> list[list[float]]:
@@ -85,22 +94,64 @@ def eagle3_acceptance(drafter, target, example, pad_id: int, depth: int) -> tupl
             [chains[t] if t < len(chains) else [0.0] * depth for t in positions])
 
 
+@torch.no_grad()
+def router_votes(bundle, target, example) -> list[str]:
+    """WhiFlash's router vote in a round after each answer token (index i: after answer token i): the router reads
+    the target at the newest committed token (its logits and its final decoder layer's output), as in a call."""
+    ids, n_prompt = example
+    with tapped(target, [len(decoder_layers(target)) - 1]) as tap:
+        logits = target(torch.tensor([ids])).logits[0]  # [T, V]
+        hidden = tap.features()[0]  # [T, H]
+    rng = random.Random(0)
+    return [route(bundle, {"logits": logits[t], "hidden": hidden[t], "position": t}, rng)
+            for t in range(n_prompt, len(ids))]
+
+
+def add_votes(args, data: dict) -> None:
+    """Router votes for the calls of a data file measured without them: stock's answers decoded again (fp32 greedy,
+    the file's prompts: ``--per-category`` and ``--seed`` as it was made with; each answer's length checked)."""
+    torch.set_num_threads(args.threads)
+    target, tokenizer, _ = load_models(args, torch.float32)
+    bundle = hf_specgen.load_drafter(WHIFLASH, dtype=torch.float32).eval()
+    prompts = pick_prompts(["specbench", "humaneval"], args.per_category, args.seed)
+    if [r["category"] for r in prompts] != [c["category"] for c in data["calls"]]:
+        raise ValueError("the data file's calls are not these prompts: pass the --per-category and --seed it was "
+                         "made with")
+    for n, (record, call) in enumerate(zip(prompts, data["calls"])):
+        example = answered_example(target, tokenizer, record, args.max_new_tokens)
+        if len(example[0]) - example[1] != call["answer_tokens"]:
+            raise ValueError(f"call {n}: stock's answer has {len(example[0]) - example[1]} tokens here, "
+                             f"{call['answer_tokens']} in the data file")
+        call["whiflash_votes"] = router_votes(bundle, target, example)
+        print(f"{n + 1}/{len(prompts)} {record['category']}: {call['whiflash_votes'].count('eagle3')} of "
+              f"{call['answer_tokens']} votes for EAGLE-3", flush=True)
+
+
+def answered_example(target, tokenizer, record: dict, max_new_tokens: int) -> tuple[list[int], int]:
+    """(prompt and stock's greedy answer as token ids, the prompt's length)."""
+    ids = chat_ids(tokenizer, record["prompt"])
+    answer = target.generate(ids, max_new_tokens=max_new_tokens, do_sample=False)[0, ids.shape[1]:].tolist()
+    (example,) = chat_examples(tokenizer, [{"prompt_ids": ids[0].tolist(), "response_ids": answer}], 10**6)
+    return example
+
+
 def measure(args) -> dict:
     """Stock's answers, each drafter's acceptance after every answer token, and the policy's measured costs."""
     torch.set_num_threads(args.threads)
     target, tokenizer, drafters = load_models(args, torch.float32)
     prompts = pick_prompts(["specbench", "humaneval"], args.per_category, args.seed)
     calls = []
+    bundle = hf_specgen.load_drafter(WHIFLASH, dtype=torch.float32).eval()
     for n, record in enumerate(prompts):
-        ids = chat_ids(tokenizer, record["prompt"])
-        answer = target.generate(ids, max_new_tokens=args.max_new_tokens, do_sample=False)[0, ids.shape[1]:].tolist()
-        (example,) = chat_examples(tokenizer, [{"prompt_ids": ids[0].tolist(), "response_ids": answer}], 10**6)
+        example = answered_example(target, tokenizer, record, args.max_new_tokens)
+        answer = example[0][example[1]:]
         pad = tokenizer.pad_token_id
         dflash, dflash_confidences = dflash_acceptance(drafters["dflash"], target, example, pad)
         eagle3, eagle3_confidences = eagle3_acceptance(drafters["eagle3"], target, example, pad, args.eagle3_depth)
         calls.append({"category": record["category"], "answer_tokens": len(answer), "dflash": dflash,
                       "eagle3": eagle3, "dflash_confidences": dflash_confidences,
-                      "eagle3_confidences": eagle3_confidences})
+                      "eagle3_confidences": eagle3_confidences,
+                      "whiflash_votes": router_votes(bundle, target, example)})
         print(f"{n + 1}/{len(prompts)} {record['category']}: {len(answer)} tokens", flush=True)
     return {"calls": calls, "costs": measure_costs(target, tokenizer, drafters)}
 
@@ -142,13 +193,41 @@ def call_order(calls: list[dict], order: str) -> list[dict]:
     return turns
 
 
+def play_round(policy, mode: str, call: dict, committed: int, width: int, widest: int, noisy: float,
+               seconds: float, unsure: bool) -> tuple[int, float]:
+    """One round of ``width`` rows after ``committed`` answer tokens, as the engine plays it: the drafts it keeps and
+    its seconds (the cost model's times ``noisy``), observed by ``policy``. ``unsure``: a drafting round first drafts,
+    then verifies the width ``WidthPolicy.confident_width`` picks from the drafts' probabilities (the engine's
+    EAGLE-3 chain on a CPU stops drafting once their running product falls below UNSURE_STOP; DFlash, which the
+    engine does not do this for, drafts its whole block to see them)."""
+    accepted, total = call[mode], call["answer_tokens"]
+    own = getattr(policy, "current", policy)  # a router's round: the round's drafter's policy has the costs
+    if (unsure and width > 1 and not policy.needs_draft_timing and not policy.probing
+            and f"{mode}_confidences" in call):
+        probabilities = call[f"{mode}_confidences"][committed - 1]
+        drafts, all_right = (widest - 1 if mode == "dflash" else width - 1), 1.0
+        for j, p in enumerate(probabilities[:drafts]):
+            if j and all_right < width_policy.UNSURE_STOP and mode == "eagle3":
+                drafts = j
+                break
+            all_right *= p
+        width = policy.confident_width(widest if mode == "dflash" else width, [probabilities[:drafts]],
+                                       (committed - 1) / seconds if seconds else None)
+        kept = min(accepted[committed - 1], width - 1, total - committed - 1)
+        round_seconds = (own.draft_cost(drafts + 1 if mode == "eagle3" else widest)
+                         + own.costs.verify[width]) * noisy
+        policy.observe(width, [kept], seconds=round_seconds if width == drafts + 1 else None)
+    else:
+        kept = min(accepted[committed - 1], width - 1, total - committed - 1)
+        round_seconds = own.model_seconds(width) * noisy
+        policy.observe(width, [kept], seconds=round_seconds)
+    return kept, round_seconds
+
+
 def replay(data: dict, mode: str, passes: int, noise: float, seed: int, order: str,
            unsure: bool = False) -> dict[str, list[float]]:
     """Stock's time over the policy's for every call, by category, over ``passes`` passes of all the calls.
-    ``unsure``: each drafting round drafts, then verifies the width ``WidthPolicy.confident_width`` picks from the
-    drafts' probabilities, as the engine's EAGLE-3 chain does on a CPU (a chain stops drafting once its drafts'
-    running product falls below UNSURE_STOP; DFlash, which the engine does not do this for, drafts its whole block
-    to see them)."""
+    ``unsure``: drafting rounds stop when unsure (``play_round``)."""
     costs = data["costs"][mode]
     verify = {int(w): s for w, s in costs["verify"].items()}
     widest = max(verify)
@@ -161,34 +240,70 @@ def replay(data: dict, mode: str, passes: int, noise: float, seed: int, order: s
         for call in call_order(data["calls"], order):
             table = width_policy.CostTable(dict(verify), draft=costs["draft"], draft_head=costs["draft_head"])
             policy = width_policy.WidthPolicy(widths, table, estimate, share)
-            accepted, total = call[mode], call["answer_tokens"]
+            total = call["answer_tokens"]
             committed, seconds = 1, 0.0  # the prefill commits the first token
             while committed < total:
                 width = policy.choose()
-                noisy = math.exp(rng.gauss(0.0, noise))
-                if (unsure and width > 1 and not policy.needs_draft_timing and not policy.probing
-                        and f"{mode}_confidences" in call):
-                    probabilities = call[f"{mode}_confidences"][committed - 1]
-                    drafts, all_right = (widest - 1 if mode == "dflash" else width - 1), 1.0
-                    for j, p in enumerate(probabilities[:drafts]):
-                        if j and all_right < width_policy.UNSURE_STOP and mode == "eagle3":
-                            drafts = j
-                            break
-                        all_right *= p
-                    width = policy.confident_width(widest if mode == "dflash" else width, [probabilities[:drafts]],
-                                                   (committed - 1) / seconds if seconds else None)
-                    kept = min(accepted[committed - 1], width - 1, total - committed - 1)
-                    round_seconds = (policy.draft_cost(drafts + 1 if mode == "eagle3" else widest)
-                                     + policy.costs.verify[width]) * noisy
-                    policy.observe(width, [kept], seconds=round_seconds if width == drafts + 1 else None)
-                else:
-                    kept = min(accepted[committed - 1], width - 1, total - committed - 1)
-                    round_seconds = policy.model_seconds(width) * noisy
-                    policy.observe(width, [kept], seconds=round_seconds)
+                kept, round_seconds = play_round(policy, mode, call, committed, width, widest,
+                                                 math.exp(rng.gauss(0.0, noise)), seconds, unsure)
                 committed += kept + 1
                 seconds += round_seconds
             estimate = policy.acceptance.carried()
             ratios.setdefault(call["category"], []).append((total - 1) * verify[1] / seconds)
+    return ratios
+
+
+def shared_verify(data: dict) -> dict[str, float]:
+    """One target, one verify cost per width, as a WhiFlash call has (its DFlash policy borrows the EAGLE-3 policy's
+    measured widths and measures the wider ones in the same call): EAGLE-3's table, and DFlash's wider widths scaled
+    by the two tables' ratio at EAGLE-3's widest (the data's tables were measured in separate calls, and on a shared
+    CPU one call's plain step came out 25% dearer than the other's)."""
+    eagle3, dflash = ({int(w): s for w, s in data["costs"][m]["verify"].items()} for m in ("eagle3", "dflash"))
+    scale = eagle3[max(eagle3)] / dflash[max(eagle3)]
+    return {str(w): eagle3.get(w, dflash[w] * scale) for w in sorted(set(eagle3) | set(dflash))}
+
+
+def replay_routed(data: dict, passes: int, noise: float, seed: int, order: str,
+                  votes: str = "router") -> dict[str, list[float]]:
+    """The same ratios for WhiFlash's default call: ``RoutedWidthPolicy`` over both drafters' policies, each round's
+    context the router's vote (``votes="router"``: the data's votes; ``"one"``: a single context, the router's vote
+    ignored), EAGLE-3's rounds stopping when unsure as on a CPU, every estimate carried into the next call as the
+    engine keys them (per drafter, and per drafter and vote). Left out, as for one drafter's probes: the catch-up
+    forward of a drafter that sat out rounds (the lazy backlog, one KV-only forward of its committed rows)."""
+    names = ("eagle3", "dflash")  # the engine's order (WhiFlashProposer.proposers): the first leads
+    rng = random.Random(seed)
+    setup = {}
+    for name in names:
+        costs = data["costs"][name]
+        verify = {int(w): s for w, s in costs["verify"].items()}
+        widest = max(verify)
+        share = (lambda w, widest=widest: (w - 1) / (widest - 1)) if name == "eagle3" else None
+        setup[name] = (costs, verify, widest, width_policy.width_buckets(widest, compiled=False), share)
+    contexts = names if votes == "router" else names[:1]
+    pooled = {name: width_policy.AcceptanceEstimate(setup[name][2]) for name in names}
+    estimates = {name: {c: width_policy.AcceptanceEstimate(setup[name][2]) for c in contexts} for name in names}
+    ratios: dict[str, list[float]] = {}
+    for _ in range(passes):
+        for call in call_order(data["calls"], order):
+            policies = {}
+            for name, (costs, verify, widest, widths, share) in setup.items():
+                table = width_policy.CostTable(dict(verify), draft=costs["draft"], draft_head=costs["draft_head"])
+                policies[name] = width_policy.WidthPolicy(widths, table, estimates[name][contexts[0]], share)
+            at = [1]  # the answer tokens committed: the round's vote is the router's there
+            vote = ((lambda: call["whiflash_votes"][at[0] - 1]) if votes == "router" else (lambda: contexts[0]))
+            routed = width_policy.RoutedWidthPolicy(policies, estimates, pooled, vote, lambda name: None)
+            total, committed, seconds = call["answer_tokens"], 1, 0.0
+            while committed < total:
+                at[0] = committed
+                width = routed.choose()
+                name = routed.round_drafters[-1]
+                kept, round_seconds = play_round(routed, name, call, committed, width, setup[name][2],
+                                                 math.exp(rng.gauss(0.0, noise)), seconds, unsure=name == "eagle3")
+                committed += kept + 1
+                seconds += round_seconds
+            pooled = {name: estimate.carried() for name, estimate in pooled.items()}
+            estimates = {name: {c: e.carried() for c, e in by_vote.items()} for name, by_vote in estimates.items()}
+            ratios.setdefault(call["category"], []).append((total - 1) * setup[names[0]][1][1] / seconds)
     return ratios
 
 
@@ -229,6 +344,12 @@ def main() -> None:
                              "measured here with --costs-dtype and written there if the file does not exist")
     parser.add_argument("--costs-dtype", choices=("fp32", "auto"), default="auto",
                         help="the dtype a new --costs file is measured in (auto: bf16 on a CPU with bf16 units)")
+    parser.add_argument("--whiflash", action="store_true",
+                        help="replay WhiFlash's default call too (both drafters then share one verify table, as in "
+                             "its calls); needs the router's votes, which --add-votes adds to a file made without them")
+    parser.add_argument("--add-votes", action="store_true",
+                        help="compute the router's votes for the data file's calls (decoding stock's answers again: "
+                             "pass the --per-category and --seed the file was made with) and write them into it")
     args = parser.parse_args()
     data_path = Path(args.data)
     if data_path.exists():
@@ -236,6 +357,9 @@ def main() -> None:
     else:
         data = measure(args)
         data_path.parent.mkdir(parents=True, exist_ok=True)
+        data_path.write_text(json.dumps(data))
+    if args.add_votes and "whiflash_votes" not in data["calls"][0]:
+        add_votes(args, data)
         data_path.write_text(json.dumps(data))
     if args.costs:
         costs_path = Path(args.costs)
@@ -245,6 +369,12 @@ def main() -> None:
             target, tokenizer, drafters = load_models(args, dtype)
             costs_path.write_text(json.dumps({**measure_costs(target, tokenizer, drafters), "dtype": str(dtype)}))
         data["costs"] = {k: v for k, v in json.loads(costs_path.read_text()).items() if k in DRAFTERS}
+    if args.whiflash:
+        if "whiflash_votes" not in data["calls"][0]:
+            raise ValueError(f"{data_path} holds no router votes: add them with --add-votes")
+        verify = shared_verify(data)
+        for costs in data["costs"].values():
+            costs["verify"] = {w: s for w, s in verify.items() if w in costs["verify"]}
     for mode, costs in data["costs"].items():
         plain = costs["verify"]["1"]
         print(f"{mode}: plain step {plain * 1e3:.1f} ms; verify / plain "
@@ -277,6 +407,17 @@ def main() -> None:
             cells = [statistics.median(ratios[c]) for c in categories]
             every = statistics.median([r for c in categories for r in ratios[c]])
             print(f"| {mode} | {name} | " + " | ".join(f"{x:.3f}" for x in cells) + f" | {every:.3f} |")
+            for constant, value in defaults.items():
+                setattr(width_policy, constant, value)
+    if args.whiflash:  # both drafters' policies under the router's votes, and under one context (votes ignored)
+        for name, changes, votes in [(name, changes, "router") for name, changes in variants.items()] + [
+                ("one context", {}, "one")]:
+            for constant, value in {**defaults, **changes}.items():
+                setattr(width_policy, constant, value)
+            ratios = replay_routed(data, args.passes, args.noise, args.seed, args.order, votes)
+            cells = [statistics.median(ratios[c]) for c in categories]
+            every = statistics.median([r for c in categories for r in ratios[c]])
+            print(f"| whiflash | {name} | " + " | ".join(f"{x:.3f}" for x in cells) + f" | {every:.3f} |")
             for constant, value in defaults.items():
                 setattr(width_policy, constant, value)
 

@@ -1289,6 +1289,29 @@ def test_whiflash_default_call_drafts_with_the_drafter_whose_rounds_pay_whatever
     assert {d for d, _ in chosen} == {"dflash"}
 
 
+def test_whiflash_default_call_probes_with_each_drafter_in_turn_while_plain_steps_pay():
+    """Plain steps pay: EAGLE-3's drafts have failed for 20 rounds, DFlash's kept about a third for 200, which rates
+    its drafting the more promising, still below a plain step. Then the text turns predictable for EAGLE-3 alone.
+    Probes take turns between the drafters, so EAGLE-3's comes after DFlash's has failed; it passes, which drops
+    EAGLE-3's evidence under every vote and over all, and its chains widen to the whole 4 rows. Before, the more
+    promising drafter ran every probe (DFlash's failed, each moving its long evidence little, and EAGLE-3 never
+    drafted again), and a passing probe dropped only the vote's estimate, whose prior (the drafter's estimate over all
+    its rounds) then held its chains to 2 rows."""
+    policy, used = _routed_policy(dflash_draft=0.5)
+    for name, rate, rounds in (("eagle3", 0.0, 20.0), ("dflash", 0.35, 200.0)):
+        for estimate in (policy.pooled[name], *policy.estimates[name].values()):
+            estimate.reached = [rounds] * len(estimate.reached)
+            estimate.accepted = [rate * rounds] * len(estimate.accepted)
+            estimate.widest = len(estimate.reached)
+    for drafter_policy in policy.policies.values():
+        drafter_policy.opening_probe = False  # the middle of a call
+    chosen = _run_routed(policy, used, 96, {"eagle3": lambda w: w - 1, "dflash": lambda w: 0})
+    assert [w for _, w in chosen[:8]] == [1] * 8  # plain steps pay at first
+    probes = [d for d, w in chosen[:40] if w > 1]
+    assert probes[:2] == ["dflash", "eagle3"]  # DFlash, the more promising, probes first; then EAGLE-3
+    assert chosen[-48:].count(("eagle3", 4)) >= 40
+
+
 def test_whiflash_default_call_keeps_the_drafters_acceptance_apart_under_each_router_vote():
     """The router's vote alternates. At equal costs, each drafter keeps every draft in the rounds the router votes
     for it and none in the others: each vote has its own estimate (whose prior is the drafter's estimate over all
@@ -1334,6 +1357,27 @@ def test_the_policy_replay_scores_the_engines_policy_against_fixed_widths_withou
     unsure = replay.replay(data, "eagle3", passes=1, noise=0.0, seed=0, order="blocks", unsure=True)
     assert unsure["easy"] == pytest.approx(plain["easy"], rel=0.05)
     assert unsure["hard"][0] > plain["hard"][0] + 0.1 and unsure["hard"][1] == pytest.approx(plain["hard"][1])
+
+
+def test_the_policy_replay_replays_whiflash_with_a_router_that_tells_the_drafters_texts_apart():
+    """scripts/policy_replay.py's WhiFlash replay on made-up data: stretches of 12 answer tokens where EAGLE-3's chain
+    is right (and sure) and DFlash's block wrong, then the other way round, and a router that votes for the right
+    drafter. Alone, each drafter drafts on half the text at most; WhiFlash's default call (RoutedWidthPolicy, the
+    estimates kept per vote) commits about 8 tokens a round on all of it, and more than with the vote ignored."""
+    replay = load_repo_module("scripts/policy_replay.py", "policy_replay")
+    costs = {"verify": {"1": 1.0, "2": 1.6, "4": 1.65, "8": 1.7}, "draft": 0.2, "draft_head": None}
+    votes = [("eagle3", "dflash")[i // 12 % 2] for i in range(97)]
+    calls = [{"category": "mixed", "answer_tokens": 97, "whiflash_votes": votes,
+              "eagle3": [7 if v == "eagle3" else 0 for v in votes],
+              "dflash": [7 if v == "dflash" else 0 for v in votes],
+              "eagle3_confidences": [[0.95 if v == "eagle3" else 0.05] * 7 for v in votes]} for _ in range(4)]
+    data = {"calls": calls, "costs": {"eagle3": costs, "dflash": dict(costs)}}
+    alone = [max(replay.replay(data, mode, 1, 0.0, 0, "blocks", unsure=mode == "eagle3")["mixed"])
+             for mode in ("eagle3", "dflash")]
+    routed = replay.replay_routed(data, 1, 0.0, 0, "blocks", "router")["mixed"]
+    one_context = replay.replay_routed(data, 1, 0.0, 0, "blocks", "one")["mixed"]
+    assert max(alone) < 1.3 and min(routed[1:]) > 4.0  # 8 tokens a round at 1.9 plain steps: 4.2x
+    assert max(one_context) < min(routed[1:]) - 1.0
 
 
 def test_a_call_whose_drafts_fail_soon_outweighs_the_hope_carried_from_one_whose_drafts_were_right():

@@ -39,6 +39,31 @@ def full_entropy(logits: torch.Tensor) -> float:
     return float(-(logp.exp() * logp).sum())
 
 
+def route(settings, signal: dict, rng: random.Random) -> str:
+    """The router's choice for one batch row from its signal: {"logits": [V], "hidden": [H] (the target's final
+    decoder layer at the row's newest committed token), "position": slot}. ``settings``: the WhiFlash bundle (its
+    router, thresholds); ``rng``: for the random router. Also what ``scripts/policy_replay.py`` replays."""
+    router = settings.router
+    if callable(router):
+        choice = router(signal)
+    elif router == "entropy":
+        choice = AR if full_entropy(signal["logits"]) > settings.entropy_threshold else PARALLEL
+    elif router == "neural":
+        mlp = settings.neural_router
+        with torch.no_grad():
+            predicted = float(mlp(signal["hidden"][None].to(mlp.dtype)))
+        choice = AR if predicted > settings.neural_threshold else PARALLEL
+    elif router in (AR, PARALLEL):
+        choice = router
+    elif router == "random":
+        choice = rng.choice((AR, PARALLEL))
+    else:
+        raise ValueError(f"unknown router {router!r}")
+    if choice not in (AR, PARALLEL):
+        raise ValueError(f"a WhiFlash router must return {AR!r} or {PARALLEL!r}, got {choice!r}")
+    return choice
+
+
 class WhiFlashProposer:
     """Routes between two proposers that share the target's taps; see the module docstring.
 
@@ -80,26 +105,7 @@ class WhiFlashProposer:
     # ------------------------------------------------------------------ routing
     def choose(self, signal: dict) -> str:
         """One batch row's choice from its signal: {"logits": [V], "hidden": [H], "position": slot}."""
-        settings = self.settings
-        router = settings.router
-        if callable(router):
-            choice = router(signal)
-        elif router == "entropy":
-            choice = AR if full_entropy(signal["logits"]) > settings.entropy_threshold else PARALLEL
-        elif router == "neural":
-            mlp = settings.neural_router
-            with torch.no_grad():
-                predicted = float(mlp(signal["hidden"][None].to(mlp.dtype)))
-            choice = AR if predicted > settings.neural_threshold else PARALLEL
-        elif router in (AR, PARALLEL):
-            choice = router
-        elif router == "random":
-            choice = self._rng.choice((AR, PARALLEL))
-        else:
-            raise ValueError(f"unknown router {router!r}")
-        if choice not in (AR, PARALLEL):
-            raise ValueError(f"a WhiFlash router must return {AR!r} or {PARALLEL!r}, got {choice!r}")
-        return choice
+        return route(self.settings, signal, self._rng)
 
     def vote(self) -> str:
         """The batch's drafter this round: the one most unfinished rows choose (DFlash on a tie, and before any

@@ -1,0 +1,101 @@
+"""WhiFlash's default call against its drafters' default calls, replayed without a clock (scripts/policy_replay.py)
+on the real target's benchmark answers: seeds 0 and 1 of docs/benchmarks/unsure_stop_avx2 (28 prompts each, with the
+router's vote after every answer token), both call orders, clock noise 0 and 0.1; for each call and category the
+geometric mean over those 8 cells of stock's decode time over the call's, and WhiFlash's over the better drafter
+alone's. The calls: each drafter alone, WhiFlash now, WhiFlash as it was before 2026-11-28's change (the more
+promising drafter ran every probe; a passing probe dropped the vote's estimate only), and WhiFlash with the router's
+vote ignored (one estimate per drafter). Both drafters share one verify table, as in a WhiFlash call.
+
+    python docs/benchmarks/whiflash_replay/sweep.py                                   # the data's costs (AVX2, fp32)
+    python docs/benchmarks/whiflash_replay/sweep.py --costs docs/benchmarks/whiflash_replay/costs_bf16_avx512.json
+
+The "before" call patches RoutedWidthPolicy in this process only; the package is unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import policy_replay  # noqa: E402
+from hf_specgen.engine import width_policy  # noqa: E402
+
+Routed = width_policy.RoutedWidthPolicy
+SETS = [ROOT / "docs/benchmarks/unsure_stop_avx2" / f"seed{n}.json" for n in (0, 1)]
+
+
+def before_plain_or_probe(self, drafters):
+    """Before: the most promising drafter's policy took every plain round and every probe."""
+    self.current = self.policies[drafters[0]]
+    return self.current.choose(), drafters[0]
+
+
+def before_observe(self, width, accepted_per_row, seconds=None, within=None, rows=None):
+    """Before: a passing probe dropped the estimate under the round's vote only (WidthPolicy.observe's own)."""
+    width_policy.PolicyOfPolicies.observe(self, width, accepted_per_row, seconds, within, rows)
+    if width > 1:
+        self.pooled[self.round_drafters[-1]].observe(min(width, rows or width), accepted_per_row)
+
+
+def cells(data: dict, order: str, noise: float) -> dict[str, dict[str, float]]:
+    """Each call's median ratio per category in one replay of 2 passes."""
+    def median(ratios):
+        return {category: statistics.median(values) for category, values in ratios.items()}
+    out = {"EAGLE-3 alone": median(policy_replay.replay(data, "eagle3", 2, noise, 0, order, unsure=True)),
+           "DFlash alone": median(policy_replay.replay(data, "dflash", 2, noise, 0, order)),
+           "WhiFlash now": median(policy_replay.replay_routed(data, 2, noise, 0, order, "router")),
+           "WhiFlash now, the vote ignored": median(policy_replay.replay_routed(data, 2, noise, 0, order, "one"))}
+    now = (Routed._plain_or_probe, Routed.observe)
+    Routed._plain_or_probe, Routed.observe = before_plain_or_probe, before_observe
+    try:
+        out["WhiFlash before"] = median(policy_replay.replay_routed(data, 2, noise, 0, order, "router"))
+    finally:
+        Routed._plain_or_probe, Routed.observe = now
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--costs", help="a cost table to replay under instead of the data's (policy_replay --costs)")
+    args = parser.parse_args()
+    table: dict[str, dict[str, list[float]]] = {}
+    for path in SETS:
+        data = json.loads(path.read_text())
+        if args.costs:
+            data["costs"] = {k: v for k, v in json.loads(Path(args.costs).read_text()).items()
+                             if k in policy_replay.DRAFTERS}
+        verify = policy_replay.shared_verify(data)
+        for costs in data["costs"].values():
+            costs["verify"] = {w: s for w, s in verify.items() if w in costs["verify"]}
+        for order in ("blocks", "round-robin"):
+            for noise in (0.0, 0.1):
+                run = cells(data, order, noise)
+                best = {c: max(run["EAGLE-3 alone"][c], run["DFlash alone"][c]) for c in run["EAGLE-3 alone"]}
+                for name, ratios in run.items():
+                    for category, ratio in ratios.items():
+                        table.setdefault(name, {}).setdefault(category, []).append(ratio)
+                        if name.startswith("WhiFlash"):
+                            table.setdefault(f"{name} / the better drafter alone", {}).setdefault(
+                                category, []).append(ratio / best[category])
+    categories = sorted(next(iter(table.values())))
+
+    def geomean(values):
+        return math.exp(sum(map(math.log, values)) / len(values))
+    print("| call | " + " | ".join(categories) + " | all | worst cell |")
+    print("|---|" + "---|" * (len(categories) + 2))
+    for name, by_category in table.items():
+        every = [r for c in categories for r in by_category[c]]
+        print(f"| {name} | " + " | ".join(f"{geomean(by_category[c]):.3f}" for c in categories)
+              + f" | {geomean(every):.3f} | {min(every):.3f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -10,6 +10,9 @@ import torch
 
 from conftest import make_dflash, make_target, random_prompt
 
+from hf_specgen.engine import loop
+from hf_specgen.engine.support import engine_probe_reason
+
 CASES_PER_FAMILY = 50
 BLOCK_SIZES = (2, 4, 8, 16)
 
@@ -62,6 +65,49 @@ def _top2_gap(target, sequence: torch.Tensor, position: int) -> float:
     logits = target(sequence[:, :position]).logits[0, -1].float()
     top = logits.topk(2).values
     return float(top[0] - top[1])
+
+
+def _plain_decoding_against_stock(target, lengths=(5, 13, 37, 70)) -> tuple[bool, list[bool]]:
+    """(whether the engine's plain decoding gave stock greedy's logits to the bit at every step of every call, whether
+    each of its target forwards came with a mask of ours)."""
+    rng, exact, masked = random.Random(3), True, []
+    engine_probe_reason(target)  # the engine's one-off probe of the model runs before the hook
+    handle = target.register_forward_pre_hook(
+        lambda module, args, kwargs: masked.append(kwargs.get("attention_mask") is not None), with_kwargs=True)
+    try:
+        for length in lengths:
+            prompt = random_prompt(rng, length)
+            common = dict(max_new_tokens=12, do_sample=False, output_logits=True, return_dict_in_generate=True)
+            stock = target.generate(prompt, **common)
+            masked.clear()
+            ours = target.generate(prompt, speculative_mode="autoregressive", **common)
+            assert torch.equal(ours.sequences, stock.sequences)
+            exact &= all(torch.equal(a, b) for a, b in zip(ours.logits, stock.logits, strict=True))
+    finally:
+        handle.remove()
+    return exact, masked
+
+
+@pytest.mark.parametrize("family", ["qwen3", "llama", "mistral"])
+def test_plain_steps_give_stock_generates_logits_to_the_bit(family):
+    """At batch 1, eager, the engine's prefill and plain steps run the attention as stock generate's do (no mask of
+    ours, exactly the keys written so far), so their logits are stock's to the bit: in fp32, and in bf16 wherever
+    that path is taken (a GPU; forced here). With its mask over a bucket of cache slots the kernel took another path:
+    fp32 logits within 1e-4 of stock's, and 8 of the real target's 16 bench texts parted from stock's in bf16."""
+    exact, masked = _plain_decoding_against_stock(make_target(family))
+    assert exact and not any(masked)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(loop, "single_row_steps_as_stock", lambda device, dtype: True)
+        exact, masked = _plain_decoding_against_stock(make_target(family, dtype=torch.bfloat16))
+    assert exact and not any(masked)
+
+
+def test_plain_steps_on_a_cpu_in_bf16_keep_the_engines_faster_attention_path():
+    """On a CPU in bf16, SDPA's unmasked grouped-query path costs more than the engine's (its plain decoding of the
+    real target took 1.03x stock's time on stock's path, 0.92x on its own): the steps keep the engine's mask, and its
+    texts stay exact in fp32 only."""
+    _, masked = _plain_decoding_against_stock(make_target("qwen3", dtype=torch.bfloat16), lengths=(13,))
+    assert masked and all(masked)
 
 
 def test_greedy_bf16_diverges_only_at_near_ties(capsys):

@@ -66,9 +66,10 @@ def test_any_sequence_of_widths_returns_the_stock_tokens(family, random_widths):
 
 
 def test_plain_steps_attend_no_slots_for_a_block_they_do_not_draft(random_widths):
-    """Eager rounds attend the used cache prefix rounded up to VISIBLE_BUCKET; a drafting round's prefix also holds
-    the drafter's block (its margin), a plain step's does not: at the same length it may attend fewer keys. The
-    prefill attends the prompt's slots only (in bf16 more keys may round a near-tie apart from a plain call's)."""
+    """Eager drafting rounds attend the used cache prefix rounded up to VISIBLE_BUCKET, which also holds the
+    drafter's block (its margin). A plain step at batch 1 attends exactly the committed tokens' keys with no mask of
+    ours, as stock generate's step does (test_greedy_equality: the same kernel path, the same bf16 logits), and so
+    does the prefill: the prompt's keys only."""
     from hf_specgen.engine.graphs import VISIBLE_BUCKET
 
     target = make_target("qwen3", seed=7)
@@ -78,9 +79,11 @@ def test_plain_steps_attend_no_slots_for_a_block_they_do_not_draft(random_widths
 
     engine_probe_reason(target)  # the engine's one-off probe of the model runs before the hook
 
-    def record(module, args, kwargs):
-        if "attention_mask" in kwargs:
-            keys.append((kwargs["input_ids"].shape[1], kwargs["attention_mask"].shape[-1]))
+    def record(module, args, kwargs):  # (rows, keys attended, whether a mask of ours came with them)
+        mask, cache = kwargs.get("attention_mask"), kwargs.get("cache", kwargs.get("past_key_values"))
+        layer = cache.layers[0] if cache is not None else None
+        attended = mask.shape[-1] if mask is not None else (layer.visible or layer.max_cache_len)
+        keys.append((kwargs["input_ids"].shape[1], attended, mask is not None))
 
     handle = target.register_forward_pre_hook(record, with_kwargs=True)
     try:
@@ -95,14 +98,17 @@ def test_plain_steps_attend_no_slots_for_a_block_they_do_not_draft(random_widths
     length, saved = prompt.shape[1] + 1, 0  # committed before the first round
     capacity = prompt.shape[1] + 16 + 2 * drafter.block_size  # the verify block + the drafter block's margin
     bucket = lambda slots: min(capacity, -(-slots // VISIBLE_BUCKET) * VISIBLE_BUCKET)  # noqa: E731
-    # the prefill attends the prompt's slots only, as a plain call's does (not the first block's and its margin)
-    assert keys[0] == (prompt.shape[1], bucket(prompt.shape[1]))
-    for (rows, attended), width, committed in zip(rounds, stats.round_widths, stats.acceptance_lengths):
+    # the prefill attends the prompt's keys only, as a plain call's does (not the first block's and its margin)
+    assert keys[0] == (prompt.shape[1], prompt.shape[1], False)
+    for (rows, attended, masked), width, committed in zip(rounds, stats.round_widths, stats.acceptance_lengths):
         assert rows == width
-        assert attended == bucket(length + width + (0 if width == 1 else drafter.block_size))
+        if width == 1:
+            assert (attended, masked) == (length, False)
+        else:
+            assert (attended, masked) == (bucket(length + width + drafter.block_size), True)
         saved += attended < bucket(length + width + drafter.block_size)
         length += committed
-    assert saved  # some plain step attended a bucket fewer than a drafting round would have
+    assert saved  # some plain step attended fewer keys than a drafting round would have
 
 
 @pytest.mark.parametrize("shape", ["block", "tree", "block, draft vocabulary"])

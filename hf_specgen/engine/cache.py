@@ -31,8 +31,10 @@ def write_slots(buffer: torch.Tensor, slots: torch.Tensor, rows: torch.Tensor,
 class RowStaticLayer(StaticLayer):
     """A full-attention static layer whose batch rows each write at their own position (``row_lengths`` [B])."""
 
-    def __init__(self, max_cache_len: int, batch_size: int = 1, device: torch.device | str = "cpu"):
+    def __init__(self, max_cache_len: int, batch_size: int = 1, device: torch.device | str = "cpu",
+                 compileable: bool = True):
         super().__init__(max_cache_len=max_cache_len)
+        self._compileable = compileable  # (is_compileable)
         self.row_lengths = torch.zeros(batch_size, dtype=torch.long, device=device)
         self._batch_rows = torch.arange(batch_size, device=device)[:, None]  # [B, 1], the rows of every write
         self._offsets = torch.arange(max_cache_len, device=device)  # a write of T rows goes to length + [0, T)
@@ -64,8 +66,22 @@ class RowStaticLayer(StaticLayer):
             return self.keys[:, :, : self.visible], self.values[:, :, : self.visible]
         return self.keys, self.values
 
+    @property
+    def is_compileable(self) -> bool:
+        """transformers materializes a mask for every one-token forward over a compileable cache (one graph shape);
+        an eager target's cache is not, so a plain step that passes no mask of ours runs as stock generate's does
+        (SpeculativeDecoder's exact single-row steps)."""
+        return self._compileable
+
     def get_seq_length(self) -> int:
         return int(self.row_lengths.max()) if self.is_initialized else 0
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        """The keys a forward attends where transformers builds the mask itself (a step that passes none): the slots
+        ``update`` returns, [0, visible), as a DynamicCache holding exactly those keys reports them."""
+        if self.visible is not None:
+            return self.visible, 0
+        return super().get_mask_sizes(query_length)
 
 
 class RowStaticHybridLayer(LinearAttentionLayer, RowStaticLayer):
@@ -88,11 +104,12 @@ class RowStaticHybridLayer(LinearAttentionLayer, RowStaticLayer):
 
 def static_cache(max_cache_len: int, num_layers: int, batch_size: int = 1, device: torch.device | str = "cpu",
                  recurrent_layers: list[int] | tuple[int, ...] = (), hybrid_layers: list[int] | tuple[int, ...] = (),
-                 states_per_layer: int = 1) -> Cache:
+                 states_per_layer: int = 1, compileable: bool = True) -> Cache:
     """A cache of ``num_layers`` full-attention static layers with per-row write positions, except at
     ``recurrent_layers``: transformers' ``LinearAttentionLayer`` there (fixed-shape conv / recurrent states, written
     in place), which :func:`snapshot_states` and :func:`restore_states` roll back; or, at those of them also in
-    ``hybrid_layers``, a :class:`RowStaticHybridLayer` (both). ``states_per_layer``: the conv / recurrent states
+    ``hybrid_layers``, a :class:`RowStaticHybridLayer` (both). ``compileable=False``: an eager target's cache (see
+    ``RowStaticLayer``). ``states_per_layer``: the conv / recurrent states
     each of those layers keeps (a config's ``number_of_conv_states``, as transformers' caches read it).
 
     Built from our own layers rather than ``StaticCache(config)``: a config with sliding-window layers would get
@@ -104,7 +121,7 @@ def static_cache(max_cache_len: int, num_layers: int, batch_size: int = 1, devic
             return RowStaticHybridLayer(max_cache_len, batch_size, device, states_per_layer)
         if i in recurrent_layers:
             return LinearAttentionLayer(number_of_states=states_per_layer)
-        return RowStaticLayer(max_cache_len, batch_size, device)
+        return RowStaticLayer(max_cache_len, batch_size, device, compileable)
 
     return Cache(layers=[layer(i) for i in range(num_layers)])
 
@@ -147,8 +164,9 @@ class CachePool:
     caches are big). ``keep=False`` (eager decoders, built per call) allocates every time.
     """
 
-    def __init__(self, keep: bool):
+    def __init__(self, keep: bool, compileable: bool = True):
         self.keep = keep
+        self.compileable = compileable  # (static_cache)
         self._key, self._cache = None, None
 
     def get(self, capacity: int, num_layers: int, batch_size: int, device, recurrent_layers=(),
@@ -161,7 +179,7 @@ class CachePool:
                 layer.reset()  # the next forward is a prefill: states start from zero
             return self._cache
         cache = static_cache(capacity, num_layers, batch_size, device, recurrent_layers, hybrid_layers,
-                             states_per_layer)
+                             states_per_layer, self.compileable)
         if self.keep:
             self._key, self._cache = key, cache
         return cache

@@ -173,6 +173,17 @@ class FinishedRows:
         return self.tokens, self.lengths
 
 
+def single_row_steps_as_stock(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether a batch-1 eager call's prefill and plain steps run the attention as stock generate's do (no mask of
+    ours, exactly the keys written so far: the same kernel path, so the same logits to the bit, in any dtype).
+    Everywhere but on a CPU in a reduced-precision dtype, where SDPA's grouped-query path without a mask costs more
+    than ours: in bf16 on a 2-core AMD EPYC with AVX512-BF16 the engine's plain decoding of SmolLM2-135M took 0.92x
+    stock's time on its own path and 1.03x on stock's, so it keeps its own there, and its texts may part from stock's
+    at a near-tie (docs/reliability.md). In fp32 stock's path is as fast or a little faster (1.00-1.01x against
+    1.02x). Not measured on a GPU, where the unmasked path is flash attention's."""
+    return device.type != "cpu" or dtype == torch.float32
+
+
 class SpeculativeDecoder:
     """Runs speculative generate calls for ``target`` with a proposer (see drafters/)."""
 
@@ -201,7 +212,7 @@ class SpeculativeDecoder:
         takes = "logits_to_keep" in inspect.signature(target.forward).parameters
         self._cache_key = cache_keyword(target)
         self._last_logits_only = {"logits_to_keep": 1} if takes else {}
-        self._caches = CachePool(keep=compile_steps)
+        self._caches = CachePool(keep=compile_steps, compileable=compile_steps)  # (exact single-row steps: _generate)
         # Linear-attention / conv layers (Qwen3.5, Qwen3-Next, LFM2, ...): snapshotted before each verify and re-fed
         # the committed tokens after it (_roll_back_states); empty for attention-only targets
         self._state_layers = rollback_layer_indices(target)
@@ -232,10 +243,12 @@ class SpeculativeDecoder:
         features = self.tap.features() if self.tap is not None else None  # [B, W, n_taps*H]
         return out.logits, features  # [B, W, V]
 
-    def _verify_block(self, draft, session, logits_processor, do_sample: bool) -> RoundResult:
-        """draft [B, W] -> every row's verdict; W may vary between rounds (a router switching block sizes)."""
+    def _verify_block(self, draft, session, logits_processor, do_sample: bool, exact: bool = False) -> RoundResult:
+        """draft [B, W] -> every row's verdict; W may vary between rounds (a router switching block sizes). ``exact``:
+        no mask of ours (an exact single-row step: ``_generate``)."""
         starts, rows = session.last_slots, draft.shape[1]
-        logits, features = self._verify(draft, session.position_block(starts, rows), session.verify_mask(starts, rows))
+        mask = None if exact else session.verify_mask(starts, rows)
+        logits, features = self._verify(draft, session.position_block(starts, rows), mask)
         scores = process_block_logits(logits, session, draft, logits_processor)  # [B, W, V]
         if self.verifier is not None:
             decision = self.verifier.decide(draft, logits, scores, do_sample)
@@ -320,6 +333,14 @@ class SpeculativeDecoder:
 
         dtype = target.get_input_embeddings().weight.dtype
         session = DecodingSession(input_ids, attention_mask, capacity, width, dtype, attention_layout(target))
+        # Exact single-row steps: at batch 1, eager, without padding, on an attention-only target whose layers share
+        # one mask, the prefill and every one-row verify (a plain step) pass no mask of ours and attend exactly the
+        # keys written so far, so transformers builds the mask as in stock generate (none where it is plain causal)
+        # and the attention kernel takes stock's path, where ours (the KV heads repeated, a mask over a bucket of
+        # slots) takes another and rounds differently (single_row_steps_as_stock)
+        exact_steps = (not self.compile_steps and batch == 1 and session.target_layout is None
+                       and not self._state_layers and (attention_mask is None or bool(attention_mask.all()))
+                       and single_row_steps_as_stock(input_ids.device, dtype))
         self.cache = self._caches.get(capacity, len(decoder_layers(target)), batch, input_ids.device,
                                       self._state_layers, self._hybrid_layers, self._states_per_layer)
         session.attach(self.cache)
@@ -386,6 +407,9 @@ class SpeculativeDecoder:
                 prefill_mask = session.prefill_mask()
                 if padded_prefill:  # recurrent layers take the 2D padding mask (stock generate passes the same)
                     prefill_mask = layer_masks(target, prefill_mask, attention_mask)
+                if exact_steps:
+                    session.show_exactly(prompt_len)
+                    prefill_mask = None
                 prefilled = self._prefill_without_padding(input_ids, attention_mask, session, tap)
                 if prefilled is None:
                     out = target(input_ids=input_ids, position_ids=session.positions[:, :prompt_len],
@@ -482,7 +506,12 @@ class SpeculativeDecoder:
                         result = self._verify_tree(draft, session, logits_processor, do_sample)
                     else:
                         draft = draft if draft.dim() == 2 else draft[None]
-                        result = self._verify_block(draft, session, logits_processor, do_sample)
+                        exact = exact_steps and draft.shape[1] == 1
+                        if exact:
+                            session.show_exactly(session.host_lengths[0])  # the committed tokens' keys
+                        result = self._verify_block(draft, session, logits_processor, do_sample, exact)
+                        if exact:
+                            show(1)  # what follows (the drafter's bookkeeping) attends as after any plain step
                     r2 = clock.mark()
                     if looked_up:  # who was right where the copy and the drafter's block differed
                         lookup.learn(result.n_accepted, result.new_tokens, active)

@@ -90,6 +90,13 @@ class DecodingSession:
         for cache in self._caches:
             self._apply_visible(cache)
 
+    def show_exactly(self, slots: int) -> None:
+        """Eager steps attend exactly slots [0, ``slots``): the keys a step that passes no mask of ours attends
+        (SpeculativeDecoder's exact single-row steps: ``slots`` is every key the step's forward will have written)."""
+        self.visible = min(self.capacity, slots)
+        for cache in self._caches:
+            self._apply_visible(cache)
+
     def _apply_visible(self, cache) -> None:
         visible = None if self.visible == self.capacity else self.visible
         for layer in cache.layers:

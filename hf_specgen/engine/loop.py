@@ -403,13 +403,14 @@ class SpeculativeDecoder:
                 t0 = clock.mark()
                 # the prefill writes the prompt's slots only: attending a block's slots past them costs keys, and in
                 # bf16 another key count can round a near-tie apart from what a plain call (same keys) decodes
-                show(0)
-                prefill_mask = session.prefill_mask()
-                if padded_prefill:  # recurrent layers take the 2D padding mask (stock generate passes the same)
-                    prefill_mask = layer_masks(target, prefill_mask, attention_mask)
-                if exact_steps:
+                if exact_steps:  # no mask of ours, the prompt's keys only
                     session.show_exactly(prompt_len)
                     prefill_mask = None
+                else:
+                    show(0)
+                    prefill_mask = session.prefill_mask()
+                    if padded_prefill:  # recurrent layers take the 2D padding mask (stock generate passes the same)
+                        prefill_mask = layer_masks(target, prefill_mask, attention_mask)
                 prefilled = self._prefill_without_padding(input_ids, attention_mask, session, tap)
                 if prefilled is None:
                     out = target(input_ids=input_ids, position_ids=session.positions[:, :prompt_len],

@@ -948,11 +948,10 @@ class RoutedWidthPolicy(PolicyOfPolicies):
         self.round_drafters: list[str | None] = []  # per round: the drafter whose policy chose it (None: none did)
         self._round = None  # the prepared round's (vote, context)
         self.since_other = {}  # context -> drafting rounds in it since the drafter not preferred last drafted
-        self.last_prober: str | None = None  # the drafter whose policy ran the call's last probe (_plain_or_probe)
+        self.last_prober: str | None = None  # the drafter whose policy ran the call's last probe (_drafter_for)
 
-    def _drafter_for(self, vote: str, context: str) -> tuple[str | list[str], bool]:
-        """(the round's drafter, whether it explores: drafts once at its best width); where plain steps pay best, the
-        drafters instead, the most promising first (``_plain_or_probe``)."""
+    def _drafter_for(self, vote: str, context: str) -> tuple[str, bool]:
+        """(the round's drafter, whether it explores: drafts once at its best width)."""
         if self.fixed is not None:
             return self.fixed, False
         if any(policy.needs_draft_timing for policy in self.policies.values()):
@@ -960,7 +959,12 @@ class RoutedWidthPolicy(PolicyOfPolicies):
         rates = {name: policy.rate(policy.best_drafting_width()) for name, policy in self.policies.items()}
         best = max(rates, key=lambda name: (rates[name], name == vote))
         if rates[best] <= self.policies[best].rate(1):
-            return sorted(rates, key=lambda name: (rates[name], name == vote), reverse=True), False
+            # plain steps pay best: one drafter's policy takes the round and runs its probe when one is due, the
+            # most promising drafter's unless it ran the last probe, so that probes take turns between the drafters
+            # at the rate of one drafter's schedule
+            if best == self.last_prober:
+                best = next(name for name in self.policies if name != best)
+            return best, False
         self.since_other[context] = self.since_other.get(context, 0) + 1
         if self.since_other[context] >= OTHER_DRAFTER_EVERY:
             self.since_other[context] = 0
@@ -992,28 +996,13 @@ class RoutedWidthPolicy(PolicyOfPolicies):
             self.prepare(copying)
         (vote, context), self._round = self._round, None
         name, explores = self._drafter_for(vote, context)
-        if isinstance(name, list):
-            width, name = self._plain_or_probe(name)
-        else:
-            self.current = self.policies[name]
-            width = self.current.best_drafting_width() if explores else self.current.choose()
+        self.current = self.policies[name]
+        width = self.current.best_drafting_width() if explores else self.current.choose()
+        if not explores and self.current.probing:  # (an exploring round asks no choose: its probing is stale)
+            self.last_prober = name
         self.round_drafters.append(name)
         self.use_drafter(name)
         return width
-
-    def _plain_or_probe(self, drafters: list[str]) -> tuple[int, str]:
-        """A round where plain steps pay best for every drafter (``drafters``: the most promising first): one
-        drafter's policy counts it as a plain round on its own schedule and runs a probe when one is due, the most
-        promising drafter's unless it ran the last probe, so that probes take turns between the drafters at the rate
-        of one drafter's schedule. (width, the drafter whose policy chose it)."""
-        if len(drafters) > 1 and drafters[0] == self.last_prober:
-            drafters = drafters[1:] + drafters[:1]
-        name = drafters[0]
-        self.current = self.policies[name]
-        width = self.current.choose()
-        if width > 1:
-            self.last_prober = name
-        return width, name
 
     def observe(self, width: int, accepted_per_row: list[int], seconds: float | None = None, within=None,
                 rows: int | None = None) -> None:

@@ -32,10 +32,10 @@ Routed = width_policy.RoutedWidthPolicy
 SETS = [ROOT / "docs/benchmarks/unsure_stop_avx2" / f"seed{n}.json" for n in (0, 1)]
 
 
-def before_plain_or_probe(self, drafters):
-    """Before: the most promising drafter's policy took every plain round and every probe."""
-    self.current = self.policies[drafters[0]]
-    return self.current.choose(), drafters[0]
+def before_drafter_for(self, vote, context, now=Routed._drafter_for):
+    """Before: the most promising drafter's policy took every plain round and every probe (no turns)."""
+    self.last_prober = None
+    return now(self, vote, context)
 
 
 def before_observe(self, width, accepted_per_row, seconds=None, within=None, rows=None):
@@ -53,12 +53,12 @@ def cells(data: dict, order: str, noise: float) -> dict[str, dict[str, float]]:
            "DFlash alone": median(policy_replay.replay(data, "dflash", 2, noise, 0, order)),
            "WhiFlash now": median(policy_replay.replay_routed(data, 2, noise, 0, order, "router")),
            "WhiFlash now, the vote ignored": median(policy_replay.replay_routed(data, 2, noise, 0, order, "one"))}
-    now = (Routed._plain_or_probe, Routed.observe)
-    Routed._plain_or_probe, Routed.observe = before_plain_or_probe, before_observe
+    now = (Routed._drafter_for, Routed.observe)
+    Routed._drafter_for, Routed.observe = before_drafter_for, before_observe
     try:
         out["WhiFlash before"] = median(policy_replay.replay_routed(data, 2, noise, 0, order, "router"))
     finally:
-        Routed._plain_or_probe, Routed.observe = now
+        Routed._drafter_for, Routed.observe = now
     return out
 
 

@@ -1295,6 +1295,33 @@ def test_whiflash_default_call_drafts_with_the_drafter_whose_rounds_pay_whatever
     assert {d for d, _ in chosen} == {"dflash"}
 
 
+def test_whiflash_default_call_explores_less_often_while_the_other_drafter_stays_behind():
+    """The chain keeps every draft of its 4 rows; DFlash, drafting at half a plain step, keeps 2 drafts a round, which
+    leaves its rounds behind. Each round in which DFlash drafts once and stays behind doubles its gap under that vote
+    (16, 32, 64, then 128 rounds, the last carried into the next call); its first, of 2 rows, kept its one draft,
+    which says nothing of wider rounds, and keeps the first gap. Before, it drafted once every 16 rounds however far
+    behind (on the real target, whose EAGLE-3 drafter keeps about twice DFlash's drafts, those rounds cost WhiFlash a
+    percent or so of EAGLE-3 alone's speed). Then the text turns for DFlash: it keeps every draft. Its next round, a
+    whole 4-row block kept, brings the first gap back, and a few such rounds later it leads at 8 rows."""
+    every = lambda w: w - 1  # noqa: E731
+    policy, used = _routed_policy(dflash_draft=0.5)
+    chosen = _run_routed(policy, used, 400, {"eagle3": every, "dflash": lambda w: min(w - 1, 2)})
+    explored = [i for i, (d, w) in enumerate(chosen) if d == "dflash"]
+    first, last = width_policy.OTHER_DRAFTER_EVERY, width_policy.LAST_OTHER_DRAFTER_EVERY
+    assert (first, last) == (16, 128)
+    assert explored[0] == first - 1 and [b - a for a, b in zip(explored, explored[1:])] == [16, 32, 64, 128, 128]
+    assert [chosen[i][1] for i in explored] == [2, 4, 4, 4, 4, 4]  # each at its best width
+    estimate = policy.estimates["dflash"]["dflash"]
+    assert estimate.explore_after == last and estimate.carried().explore_after == last
+    assert policy.estimates["dflash"]["eagle3"].explore_after == first  # a vote whose rounds never explored
+
+    since = len(chosen) - 1 - explored[-1]
+    chosen = _run_routed(policy, used, 200, {"eagle3": every, "dflash": every})
+    explored = [i for i, (d, w) in enumerate(chosen) if d == "dflash"]
+    assert explored[0] == last - since - 1 and explored[1] - explored[0] == first
+    assert estimate.explore_after == first and chosen[-20:].count(("dflash", 8)) >= 18
+
+
 def test_whiflash_default_call_probes_with_each_drafter_in_turn_while_plain_steps_pay():
     """Plain steps pay: EAGLE-3's drafts have failed for 20 rounds, DFlash's kept about a third for 200, which rates
     its drafting the more promising, still below a plain step. Then the text turns predictable for EAGLE-3 alone.

@@ -90,6 +90,12 @@ ACCEPTANCE_DECAY = 0.97  # per round: older rounds weigh less, so the estimate f
 CARRIED_WEIGHT, TREE_CARRIED_WEIGHT = 4.0, 16.0
 PRIOR_ACCEPT, PRIOR_WEIGHT = 0.5, 1.0
 POOLED_WEIGHT = 4.0  # rounds' worth of a pooled estimate's rates as a contextual estimate's prior (WhiFlash)
+# WhiFlash's default call: in each router vote, the drafter that has not run for this many of the vote's rounds
+# drafts once at its best width, so its estimate under that vote follows the text too. Each such round that leaves it
+# behind doubles its gap under that vote, up to LAST_OTHER_DRAFTER_EVERY (carried into later calls, as the probe
+# schedule is); one that puts it ahead, or a probe of its that passes, brings the gap back to OTHER_DRAFTER_EVERY.
+OTHER_DRAFTER_EVERY = 16
+LAST_OTHER_DRAFTER_EVERY = 128
 # rounds' worth of the batch's rates as each batch row's prior (WidthPolicy.set_rows): a row's own rounds outweigh it
 # only after a dozen or so, since one round's count says little (with 4, one unlucky first round sent the tiny
 # world's EAGLE-3 batch of 8 to plain steps, 1.63x stock against 1.79x for the mean row's rate)
@@ -269,6 +275,9 @@ class AcceptanceEstimate:
         # plain rounds before the next probe; carried into the next call, so a drafter whose probes keep failing
         # on this target is not re-probed from scratch every call
         self.probe_after = FIRST_PROBE_AFTER
+        # WhiFlash: the other drafter's rounds before it next drafts once where this estimate's drafter is not the
+        # preferred one (RoutedWidthPolicy); carried likewise
+        self.explore_after = OTHER_DRAFTER_EVERY
         # calls between opening probes where probes are dear, and the calls since the last one (carried likewise)
         self.opening_every, self.calls_since_opening = 1, 0
         # the widest round the evidence holds: slots past it were never verified, and their rate is only the prior
@@ -381,6 +390,7 @@ def _carry_probe_schedule(estimate, copy) -> None:
     """What an estimate's carried copy keeps as it was (either kind of estimate): the probe schedule reached (plain
     rounds before the next probe, calls between opening probes) and the widest round the evidence holds."""
     copy.probe_after, copy.widest = estimate.probe_after, estimate.widest
+    copy.explore_after = estimate.explore_after
     copy.opening_every, copy.calls_since_opening = estimate.opening_every, estimate.calls_since_opening
 
 
@@ -403,6 +413,7 @@ class TreeAcceptanceEstimate:
         self.depth = depth
         self.forget()
         self.probe_after = FIRST_PROBE_AFTER
+        self.explore_after = OTHER_DRAFTER_EVERY
         self.opening_every, self.calls_since_opening = 1, 0  # see AcceptanceEstimate
 
     @property
@@ -865,10 +876,6 @@ def _interpolated(costs: dict[int, float], measured: list[int], width: float) ->
     return costs[measured[-1]]
 
 
-# WhiFlash's default call: in each router vote, the drafter that has not run for this many of the vote's rounds
-# drafts once at its best width, so its estimate under that vote follows the text too.
-OTHER_DRAFTER_EVERY = 16
-
 
 class PolicyOfPolicies:
     """A policy made of width policies, one of which (``current``) chooses each round: the round's drafting is timed
@@ -910,7 +917,11 @@ class RoutedWidthPolicy(PolicyOfPolicies):
     acceptance only (which drafter keeps more tokens here); where one drafter's rounds cost more on this machine, or
     it keeps less than the router expects, the clock decides. Until both drafters' drafting has been timed (each
     times its own first rounds), the vote decides. While drafting pays, every OTHER_DRAFTER_EVERY-th round of a vote
-    in which one drafter ran, the other drafts once at its best width. While plain steps pay best for both, the
+    in which one drafter ran, the other drafts once at its best width; each such round that leaves it behind doubles
+    that gap, up to LAST_OTHER_DRAFTER_EVERY (before, it stayed at OTHER_DRAFTER_EVERY: replayed on the real target,
+    whose EAGLE-3 drafter keeps about twice DFlash's drafts under either vote, WhiFlash ran at 0.986 of the better
+    drafter alone's speed with bf16 costs and 0.976 with an AVX2 CPU's fp32 ones; backing off, 0.999 and 0.983).
+    While plain steps pay best for both, the
     plain rounds and their probes go to the most promising drafter's policy, and after each probe to the other's,
     so that probes take turns between the drafters (before, the drafter rated the more promising ran every probe,
     and the other, whose estimate only its own rounds move, never drafted again: with a router that tells the
@@ -949,6 +960,8 @@ class RoutedWidthPolicy(PolicyOfPolicies):
         self._round = None  # the prepared round's (vote, context)
         self.since_other = {}  # context -> drafting rounds in it since the drafter not preferred last drafted
         self.last_prober: str | None = None  # the drafter whose policy ran the call's last probe (_drafter_for)
+        self.explored: tuple[str, str, str] | None = None  # this round's (drafter, preferred drafter, context) where
+        # the drafter not preferred drafts once (_drafter_for); its outcome sets that drafter's next gap (observe)
 
     def _drafter_for(self, vote: str, context: str) -> tuple[str, bool]:
         """(the round's drafter, whether it explores: drafts once at its best width)."""
@@ -965,10 +978,12 @@ class RoutedWidthPolicy(PolicyOfPolicies):
             if best == self.last_prober:
                 best = next(name for name in self.policies if name != best)
             return best, False
+        other = next(name for name in self.policies if name != best)
         self.since_other[context] = self.since_other.get(context, 0) + 1
-        if self.since_other[context] >= OTHER_DRAFTER_EVERY:
+        if self.since_other[context] >= self.estimates[other][context].explore_after:
             self.since_other[context] = 0
-            return next(name for name in self.policies if name != best), True
+            self.explored = (other, best, context)
+            return other, True
         return best, False
 
     def prepare(self, copying: bool = False) -> None:
@@ -1009,12 +1024,27 @@ class RoutedWidthPolicy(PolicyOfPolicies):
         name = self.round_drafters[-1]
         if self.current.probe_passed(width, accepted_per_row, rows):
             # the text changed for this drafter: its evidence under every vote goes, and over all (the prior of each
-            # vote's estimate: kept, it would hold the new text to the old one's rates past the probe's width)
+            # vote's estimate: kept, it would hold the new text to the old one's rates past the probe's width), and
+            # it drafts once again soon where the other drafter leads
             for estimate in (self.pooled[name], *self.estimates[name].values()):
                 estimate.forget()
+                estimate.explore_after = OTHER_DRAFTER_EVERY
         super().observe(width, accepted_per_row, seconds, within, rows)
         if width > 1:
             self.pooled[name].observe(min(width, rows or width), accepted_per_row)
+        if self.explored is not None:
+            # the drafter not preferred drafted once: still behind under this vote, it waits twice as long next time
+            # (a drafter that keeps about half the other's drafts gains nothing from rounds that confirm it); ahead,
+            # or having kept every draft of a round narrower than its widest (which says nothing yet of the rows past
+            # it: backing off there, a drafter that led at its widest took 47 rounds to get there, not 31), it has
+            # its first gap back
+            (other, best, context), self.explored = self.explored, None
+            estimate, policies = self.estimates[other][context], self.policies
+            behind = policies[other].rate(policies[other].best_drafting_width()) < policies[best].rate(
+                policies[best].best_drafting_width())
+            all_kept = width < max(policies[other].widths) and min(accepted_per_row) >= width - 1
+            estimate.explore_after = (min(2 * estimate.explore_after, LAST_OTHER_DRAFTER_EVERY)
+                                      if behind and not all_kept else OTHER_DRAFTER_EVERY)
 
     def learn_costs(self, round_widths, round_seconds, round_draft_seconds, rounds=None) -> None:
         """Each drafter's policy learns from its drafting rounds, and every policy from the plain steps (``rounds``:

@@ -2,19 +2,25 @@
 on the real target's benchmark answers: seeds 0 and 1 of docs/benchmarks/unsure_stop_avx2 (28 prompts each, with the
 router's vote after every answer token), both call orders, clock noise 0 and 0.1; for each call and category the
 geometric mean over those 8 cells of stock's decode time over the call's, and WhiFlash's over the better drafter
-alone's. The calls: each drafter alone, WhiFlash now, WhiFlash as it was before 2026-11-28's change (the more
-promising drafter ran every probe; a passing probe dropped the vote's estimate only), and WhiFlash with the router's
-vote ignored (one estimate per drafter). Both drafters share one verify table, as in a WhiFlash call.
+alone's. The calls: each drafter alone; WhiFlash now; WhiFlash with the router's vote ignored (one estimate per
+drafter); WhiFlash with an oracle's vote for the router's (at each answer token, the drafter whose draft keeps more
+tokens there, EAGLE-3 at a tie: what a perfect router would vote); WhiFlash without the back-off of its exploring
+rounds (the other drafter drafted once every 16 rounds of a vote however far behind it stayed); and WhiFlash as it
+was before the changes of 2026-11-28 (that, and the more promising drafter ran every probe; a passing probe dropped
+the vote's estimate only). Both drafters share one verify table, as in a WhiFlash call.
 
     python docs/benchmarks/whiflash_replay/sweep.py                                   # the data's costs (AVX2, fp32)
     python docs/benchmarks/whiflash_replay/sweep.py --costs docs/benchmarks/whiflash_replay/costs_bf16_avx512.json
+    python docs/benchmarks/whiflash_replay/sweep.py --last-gap 64                     # another cap for the back-off
 
-The "before" call patches RoutedWidthPolicy in this process only; the package is unchanged.
+The earlier calls patch RoutedWidthPolicy and the exploring gap's cap in this process only; the package is
+unchanged.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import statistics
@@ -45,6 +51,27 @@ def before_observe(self, width, accepted_per_row, seconds=None, within=None, row
         self.pooled[self.round_drafters[-1]].observe(min(width, rows or width), accepted_per_row)
 
 
+@contextlib.contextmanager
+def patched(before_changes: bool):
+    """WhiFlash without the exploring rounds' back-off (their gap capped at its first value), and ``before_changes``:
+    also without the probes' turns and the passing probe's drop of every estimate."""
+    now = (Routed._drafter_for, Routed.observe, width_policy.LAST_OTHER_DRAFTER_EVERY)
+    width_policy.LAST_OTHER_DRAFTER_EVERY = width_policy.OTHER_DRAFTER_EVERY
+    if before_changes:
+        Routed._drafter_for, Routed.observe = before_drafter_for, before_observe
+    try:
+        yield
+    finally:
+        Routed._drafter_for, Routed.observe, width_policy.LAST_OTHER_DRAFTER_EVERY = now
+
+
+def with_oracle_votes(data: dict) -> dict:
+    """The data with each vote replaced by the drafter whose draft keeps more tokens at that answer token."""
+    calls = [dict(call, whiflash_votes=["dflash" if d > e else "eagle3" for e, d in zip(call["eagle3"], call["dflash"])])
+             for call in data["calls"]]
+    return dict(data, calls=calls)
+
+
 def cells(data: dict, order: str, noise: float) -> dict[str, dict[str, float]]:
     """Each call's median ratio per category in one replay of 2 passes."""
     def median(ratios):
@@ -52,20 +79,25 @@ def cells(data: dict, order: str, noise: float) -> dict[str, dict[str, float]]:
     out = {"EAGLE-3 alone": median(policy_replay.replay(data, "eagle3", 2, noise, 0, order, unsure=True)),
            "DFlash alone": median(policy_replay.replay(data, "dflash", 2, noise, 0, order)),
            "WhiFlash now": median(policy_replay.replay_routed(data, 2, noise, 0, order, "router")),
-           "WhiFlash now, the vote ignored": median(policy_replay.replay_routed(data, 2, noise, 0, order, "one"))}
-    now = (Routed._drafter_for, Routed.observe)
-    Routed._drafter_for, Routed.observe = before_drafter_for, before_observe
-    try:
-        out["WhiFlash before"] = median(policy_replay.replay_routed(data, 2, noise, 0, order, "router"))
-    finally:
-        Routed._drafter_for, Routed.observe = now
+           "WhiFlash now, the vote ignored": median(policy_replay.replay_routed(data, 2, noise, 0, order, "one")),
+           "WhiFlash now, an oracle's vote": median(
+               policy_replay.replay_routed(with_oracle_votes(data), 2, noise, 0, order, "router"))}
+    with patched(before_changes=False):
+        out["WhiFlash, exploring every 16 rounds"] = median(
+            policy_replay.replay_routed(data, 2, noise, 0, order, "router"))
+    with patched(before_changes=True):
+        out["WhiFlash before 2026-11-28"] = median(policy_replay.replay_routed(data, 2, noise, 0, order, "router"))
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--costs", help="a cost table to replay under instead of the data's (policy_replay --costs)")
+    parser.add_argument("--last-gap", type=int, help="the exploring gap's cap for the calls marked now "
+                        f"(width_policy.LAST_OTHER_DRAFTER_EVERY, {width_policy.LAST_OTHER_DRAFTER_EVERY})")
     args = parser.parse_args()
+    if args.last_gap:
+        width_policy.LAST_OTHER_DRAFTER_EVERY = args.last_gap
     table: dict[str, dict[str, list[float]]] = {}
     for path in SETS:
         data = json.loads(path.read_text())

@@ -288,6 +288,9 @@ class AcceptanceEstimate:
         # does elsewhere, not from an even guess
         self.pooled: AcceptanceEstimate | None = None
         self.pooled_weight = POOLED_WEIGHT  # rounds' worth of the pooled estimate's rates as this one's prior
+        # whether the pooled estimate's widest round widens this one's reach (RoutedWidthPolicy: a chain that stops
+        # drafting when unsure, whose rounds that verify nothing add evidence at its first slot only)
+        self.prior_widens = False
         # a batch's rows, each with an estimate of its own whose prior is this one (row id in the caller's batch ->
         # estimate): rows of one batch accept very differently (GSM8K beside MT-Bench), and the call lasts until the
         # slowest is done (WidthPolicy.set_rows). Never carried into another call (its rows are other prompts).
@@ -362,8 +365,12 @@ class AcceptanceEstimate:
         return ("block", len(self.reached))
 
     def reach(self) -> int:
-        """The widest width worth a round now: twice the widest the evidence holds (slots past it have a prior only)."""
-        return max(2 * self.widest, 2)
+        """The widest width worth a round now: twice the widest the evidence holds (slots past it have a prior only);
+        with ``prior_widens``, the pooled estimate's evidence counts too."""
+        widest = self.widest
+        if self.prior_widens and self.pooled is not None:
+            widest = max(widest, self.pooled.widest)
+        return max(2 * widest, 2)
 
     def draft_slots(self, width: int) -> int:
         """The most drafts a round of ``width`` rows can get accepted."""
@@ -921,11 +928,17 @@ class RoutedWidthPolicy(PolicyOfPolicies):
     that gap, up to LAST_OTHER_DRAFTER_EVERY (before, it stayed at OTHER_DRAFTER_EVERY: replayed on the real target,
     whose EAGLE-3 drafter keeps about twice DFlash's drafts under either vote, WhiFlash ran at 0.986 of the better
     drafter alone's speed with bf16 costs and 0.976 with an AVX2 CPU's fp32 ones; backing off, 0.999 and 0.983).
-    While plain steps pay best for both, the
-    plain rounds and their probes go to the most promising drafter's policy, and after each probe to the other's,
-    so that probes take turns between the drafters (before, the drafter rated the more promising ran every probe,
-    and the other, whose estimate only its own rounds move, never drafted again: with a router that tells the
-    drafters' texts apart, replayed, WhiFlash ran at 2.0x stock where taking turns gives 4.2x). A probe that passes
+    While plain steps pay best for both, the plain rounds and their probes go to the most promising drafter's policy,
+    and after each probe to the other's (unless no drafting width of its could pay), so that probes take turns
+    between the drafters (before, the drafter rated the more promising ran every probe, and the other, whose estimate
+    only its own rounds move, never drafted again: with a router that tells the drafters' texts apart, replayed,
+    WhiFlash ran at 2.0x stock where taking turns gives 4.2x). Each vote's plain rounds count towards that vote's
+    probes (before, a drafter's one plain streak counted every vote's, and its drafting rounds under another vote
+    reset it, so no probe ran under a vote whose estimate had fallen under plain steps). A chain that stops drafting
+    when unsure (``stops_unsure``) reaches as wide under a vote as its rounds under any vote have (before, only twice
+    its widest round under the vote: such a chain's rounds that verify no draft add evidence at its first slot only,
+    so its rounds there could stay at 2 rows; replayed on GSM8K with AVX2 costs, 0.955 of EAGLE-3 alone, now
+    0.997). A probe that passes
     drops the drafter's evidence under every vote and over all, as a drafter alone drops its one estimate (before,
     only the vote's: the drafter's estimate over all its rounds, the prior of every vote's, held the new text to
     the old one's rates past the probe's width). A router fixed to one drafter ("eagle3" / "dflash") keeps it. Any
@@ -935,13 +948,15 @@ class RoutedWidthPolicy(PolicyOfPolicies):
     learning go to the round's drafter's policy."""
 
     def __init__(self, policies: dict[str, WidthPolicy], estimates: dict[str, dict[str, AcceptanceEstimate]],
-                 pooled: dict[str, AcceptanceEstimate], vote, use_drafter, fixed: str | None = None):
+                 pooled: dict[str, AcceptanceEstimate], vote, use_drafter, fixed: str | None = None,
+                 stops_unsure: frozenset[str] = frozenset()):
         self.policies = policies  # drafter -> its width policy (its own costs and clocks)
         self.estimates = estimates  # drafter -> router vote -> its acceptance in the rounds of that vote
         self.pooled = pooled  # drafter -> its acceptance in all its rounds: the prior of its estimate under each vote
         for name, by_vote in estimates.items():
             for estimate in by_vote.values():
                 estimate.pooled = pooled[name]
+                estimate.prior_widens = name in stops_unsure
         self.vote = vote  # () -> the router's vote this round
         self.use_drafter = use_drafter  # (drafter) -> None: the round's proposal comes from that drafter
         self.fixed = fixed
@@ -960,6 +975,10 @@ class RoutedWidthPolicy(PolicyOfPolicies):
         self._round = None  # the prepared round's (vote, context)
         self.since_other = {}  # context -> drafting rounds in it since the drafter not preferred last drafted
         self.last_prober: str | None = None  # the drafter whose policy ran the call's last probe (_drafter_for)
+        # (drafter, context) -> the plain rounds its policy has chosen under that context since it last drafted
+        # there (WidthPolicy.plain_streak, swapped in by prepare)
+        self.plain_streaks: dict[tuple[str, str | None], int] = {}
+        self.streak_context: str | None = None  # the context whose streaks the policies hold
         self.explored: tuple[str, str, str] | None = None  # this round's (drafter, preferred drafter, context) where
         # the drafter not preferred drafts once (_drafter_for); its outcome sets that drafter's next gap (observe)
 
@@ -974,13 +993,16 @@ class RoutedWidthPolicy(PolicyOfPolicies):
         if rates[best] <= self.policies[best].rate(1):
             # plain steps pay best: one drafter's policy takes the round and runs its probe when one is due, the
             # most promising drafter's unless it ran the last probe, so that probes take turns between the drafters
-            # at the rate of one drafter's schedule
-            if best == self.last_prober:
-                best = next(name for name in self.policies if name != best)
+            # at the rate of one drafter's schedule; not to a drafter that never probes here (no drafting width of
+            # its could pay even if every draft were kept), which would hold the turn for good
+            other = next(name for name in self.policies if name != best)
+            if best == self.last_prober and self.policies[other].drafting_could_pay():
+                return other, False
             return best, False
         other = next(name for name in self.policies if name != best)
         self.since_other[context] = self.since_other.get(context, 0) + 1
-        if self.since_other[context] >= self.estimates[other][context].explore_after:
+        if (self.since_other[context] >= self.estimates[other][context].explore_after
+                and self.policies[other].drafting_could_pay()):
             self.since_other[context] = 0
             self.explored = (other, best, context)
             return other, True
@@ -994,6 +1016,10 @@ class RoutedWidthPolicy(PolicyOfPolicies):
         context = copied if copying and copied in next(iter(self.estimates.values())) else vote
         for name, policy in self.policies.items():
             policy.acceptance = self.estimates[name][context]
+            # each vote's plain rounds count towards its own probes, as its estimate is its own
+            self.plain_streaks[name, self.streak_context] = policy.plain_streak
+            policy.plain_streak = self.plain_streaks.get((name, context), 0)
+        self.streak_context = context
         self._round = (vote, context)
 
     def best_rate(self) -> float | None:

@@ -93,7 +93,8 @@ POOLED_WEIGHT = 4.0  # rounds' worth of a pooled estimate's rates as a contextua
 # WhiFlash's default call: in each router vote, the drafter that has not run for this many of the vote's rounds
 # drafts once at its best width, so its estimate under that vote follows the text too. Each such round that leaves it
 # behind doubles its gap under that vote, up to LAST_OTHER_DRAFTER_EVERY (carried into later calls, as the probe
-# schedule is); one that puts it ahead, or a probe of its that passes, brings the gap back to OTHER_DRAFTER_EVERY.
+# schedule is); one that puts it ahead or keeps every draft of a round narrower than its widest, or a probe of its
+# that passes, brings the gap back to OTHER_DRAFTER_EVERY (RoutedWidthPolicy.observe).
 OTHER_DRAFTER_EVERY = 16
 LAST_OTHER_DRAFTER_EVERY = 128
 # rounds' worth of the batch's rates as each batch row's prior (WidthPolicy.set_rows): a row's own rounds outweigh it
@@ -881,7 +882,6 @@ def _interpolated(costs: dict[int, float], measured: list[int], width: float) ->
         if width <= high:
             return costs[low] + (costs[high] - costs[low]) * (width - low) / (high - low)
     return costs[measured[-1]]
-
 
 
 class PolicyOfPolicies:

@@ -291,8 +291,7 @@ def replay_routed(data: dict, passes: int, noise: float, seed: int, order: str,
                 policies[name] = width_policy.WidthPolicy(widths, table, estimates[name][contexts[0]], share)
             at = [1]  # the answer tokens committed: the round's vote is the router's there
             vote = ((lambda: call["whiflash_votes"][at[0] - 1]) if votes == "router" else (lambda: contexts[0]))
-            routed = width_policy.RoutedWidthPolicy(policies, estimates, pooled, vote, lambda name: None,
-                                                    stops_unsure=frozenset({"eagle3"}))
+            routed = width_policy.RoutedWidthPolicy(policies, estimates, pooled, vote, lambda name: None)
             total, committed, seconds = call["answer_tokens"], 1, 0.0
             while committed < total:
                 at[0] = committed

@@ -1379,47 +1379,6 @@ def test_whiflash_default_call_probes_under_each_router_vote_on_that_votes_plain
     assert first <= 12 and own_vote[first + 1:] == [("eagle3", 4)] * (len(own_vote) - first - 1)
 
 
-def test_whiflash_chains_that_stop_unsure_widen_under_a_vote_as_far_as_their_rounds_under_any_vote_reach():
-    """An EAGLE-3 chain that stops drafting when unsure: under the EAGLE-3 vote its rounds so far verified no draft
-    (its first drafts were unsure, so they added evidence at the first slot only), while over all its rounds it kept
-    every draft of 4-row chains. Under that vote its rounds now reach 4 rows, the widest its rounds under any vote
-    reached, and verify what the drafts are worth. Before, a vote's estimate reached twice its own widest round (2
-    rows), and a chain of one draft is seldom worth its verify, so its rounds there stayed at 2 rows, verifying
-    nothing (on the real target's GSM8K with an AVX2 CPU's costs, WhiFlash replayed at 0.955 of EAGLE-3 alone; with
-    this, 0.997). DFlash, whose block is one forward and never stops unsure, keeps its vote's own reach."""
-    for stops_unsure, widest in ((frozenset({"eagle3"}), 4), (frozenset(), 2)):
-        policy, used = _routed_policy(dflash_draft=4.0, vote="eagle3")
-        policy = width_policy.RoutedWidthPolicy(policy.policies, policy.estimates, policy.pooled, policy.vote,
-                                                used.append, stops_unsure=stops_unsure)
-        pooled = policy.pooled["eagle3"]
-        pooled.reached, pooled.accepted, pooled.widest = [0.0, 20.0, 20.0, 20.0], [0.0, 20.0, 20.0, 20.0], 4
-        for _ in range(4):
-            policy.estimates["eagle3"]["eagle3"].observe_unverified([0.95])
-        assert policy.estimates["eagle3"]["eagle3"].prior_widens == bool(stops_unsure)
-        assert not policy.estimates["dflash"]["eagle3"].prior_widens
-        assert policy.choose() == widest and used == ["eagle3"]
-
-
-def test_whiflash_default_call_on_a_cpu_widens_its_chains_by_all_their_rounds(monkeypatch):
-    """The engine builds WhiFlash's routed policy with the drafters whose rounds stop when unsure (the EAGLE-3 chain,
-    on a CPU): their estimates under each vote reach as far as the drafter's rounds under any vote."""
-    from test_eagle3 import make_eagle3
-    from hf_specgen.engine.loop import SpeculativeDecoder
-
-    target = make_target("llama", seed=4)
-    bundle = hf_specgen.WhiFlash(ar=make_eagle3(target, draft_vocab=128), parallel=make_dflash(target, block_size=8),
-                                 router="random")
-    policies, real_policy = [], SpeculativeDecoder._width_policy
-    monkeypatch.setattr(SpeculativeDecoder, "_width_policy",
-                        lambda self, *args: policies.append(real_policy(self, *args)) or policies[-1])
-    target.generate(torch.tensor([[5, 9, 17, 33, 4, 8]]), assistant_model=bundle, speculative_mode="whiflash",
-                    max_new_tokens=8, do_sample=False, eos_token_id=None, prompt_lookup=False)
-    routed = policies[0]
-    assert isinstance(routed, width_policy.RoutedWidthPolicy)
-    assert all(e.prior_widens for e in routed.estimates["eagle3"].values())
-    assert not any(e.prior_widens for e in routed.estimates["dflash"].values())
-
-
 def test_whiflash_default_call_keeps_the_drafters_acceptance_apart_under_each_router_vote():
     """The router's vote alternates. At equal costs, each drafter keeps every draft in the rounds the router votes
     for it and none in the others: each vote has its own estimate (whose prior is the drafter's estimate over all

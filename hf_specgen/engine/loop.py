@@ -717,10 +717,7 @@ class SpeculativeDecoder:
             policies[name] = self._drafter_policy(proposer, proposer.block_size, session, show, acceptance(name),
                                                   borrow=next(iter(policies.values()), None))
         fixed = self.proposer.settings.router if self.proposer.settings.router in drafters else None
-        stops_unsure = frozenset(name for name, proposer in drafters.items()
-                                 if getattr(proposer, "stops_when_unsure", False))
-        routed = RoutedWidthPolicy(policies, estimates, pooled, self.proposer.vote, self.proposer.use_drafter, fixed,
-                                   stops_unsure)
+        routed = RoutedWidthPolicy(policies, estimates, pooled, self.proposer.vote, self.proposer.use_drafter, fixed)
         return self._with_copies(routed, next(iter(policies.values())).costs, session, show, copying)
 
     def _with_copies(self, policy, costs, session: DecodingSession, show, copying: bool):

@@ -289,9 +289,6 @@ class AcceptanceEstimate:
         # does elsewhere, not from an even guess
         self.pooled: AcceptanceEstimate | None = None
         self.pooled_weight = POOLED_WEIGHT  # rounds' worth of the pooled estimate's rates as this one's prior
-        # whether the pooled estimate's widest round widens this one's reach (RoutedWidthPolicy: a chain that stops
-        # drafting when unsure, whose rounds that verify nothing add evidence at its first slot only)
-        self.prior_widens = False
         # a batch's rows, each with an estimate of its own whose prior is this one (row id in the caller's batch ->
         # estimate): rows of one batch accept very differently (GSM8K beside MT-Bench), and the call lasts until the
         # slowest is done (WidthPolicy.set_rows). Never carried into another call (its rows are other prompts).
@@ -366,12 +363,8 @@ class AcceptanceEstimate:
         return ("block", len(self.reached))
 
     def reach(self) -> int:
-        """The widest width worth a round now: twice the widest the evidence holds (slots past it have a prior only);
-        with ``prior_widens``, the pooled estimate's evidence counts too."""
-        widest = self.widest
-        if self.prior_widens and self.pooled is not None:
-            widest = max(widest, self.pooled.widest)
-        return max(2 * widest, 2)
+        """The widest width worth a round now: twice the widest the evidence holds (slots past it have a prior only)."""
+        return max(2 * self.widest, 2)
 
     def draft_slots(self, width: int) -> int:
         """The most drafts a round of ``width`` rows can get accepted."""
@@ -934,11 +927,7 @@ class RoutedWidthPolicy(PolicyOfPolicies):
     only its own rounds move, never drafted again: with a router that tells the drafters' texts apart, replayed,
     WhiFlash ran at 2.0x stock where taking turns gives 4.2x). Each vote's plain rounds count towards that vote's
     probes (before, a drafter's one plain streak counted every vote's, and its drafting rounds under another vote
-    reset it, so no probe ran under a vote whose estimate had fallen under plain steps). A chain that stops drafting
-    when unsure (``stops_unsure``) reaches as wide under a vote as its rounds under any vote have (before, only twice
-    its widest round under the vote: such a chain's rounds that verify no draft add evidence at its first slot only,
-    so its rounds there could stay at 2 rows; replayed on GSM8K with AVX2 costs, 0.955 of EAGLE-3 alone, now
-    0.997). A probe that passes
+    reset it, so no probe ran under a vote whose estimate had fallen under plain steps). A probe that passes
     drops the drafter's evidence under every vote and over all, as a drafter alone drops its one estimate (before,
     only the vote's: the drafter's estimate over all its rounds, the prior of every vote's, held the new text to
     the old one's rates past the probe's width). A router fixed to one drafter ("eagle3" / "dflash") keeps it. Any
@@ -948,15 +937,13 @@ class RoutedWidthPolicy(PolicyOfPolicies):
     learning go to the round's drafter's policy."""
 
     def __init__(self, policies: dict[str, WidthPolicy], estimates: dict[str, dict[str, AcceptanceEstimate]],
-                 pooled: dict[str, AcceptanceEstimate], vote, use_drafter, fixed: str | None = None,
-                 stops_unsure: frozenset[str] = frozenset()):
+                 pooled: dict[str, AcceptanceEstimate], vote, use_drafter, fixed: str | None = None):
         self.policies = policies  # drafter -> its width policy (its own costs and clocks)
         self.estimates = estimates  # drafter -> router vote -> its acceptance in the rounds of that vote
         self.pooled = pooled  # drafter -> its acceptance in all its rounds: the prior of its estimate under each vote
         for name, by_vote in estimates.items():
             for estimate in by_vote.values():
                 estimate.pooled = pooled[name]
-                estimate.prior_widens = name in stops_unsure
         self.vote = vote  # () -> the router's vote this round
         self.use_drafter = use_drafter  # (drafter) -> None: the round's proposal comes from that drafter
         self.fixed = fixed

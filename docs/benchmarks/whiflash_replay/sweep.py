@@ -5,7 +5,7 @@ geometric mean over those 8 cells of stock's decode time over the call's, and Wh
 alone's. The calls: each drafter alone; WhiFlash now; WhiFlash with the router's vote ignored (one estimate per
 drafter); WhiFlash with an oracle's vote for the router's (at each answer token, the drafter whose draft keeps more
 tokens there, EAGLE-3 at a tie: what a perfect router would vote); and WhiFlash without some of the changes of
-2026-11-28 (``patched``): each of the third session's alone, all three (the call as that session found it), and
+2026-11-28 (``patched``): each of the third session's alone, both (the call as that session found it), and
 those and the earlier ones (the call before that day). Both drafters share one verify table, as in a WhiFlash call.
 
     python docs/benchmarks/whiflash_replay/sweep.py                                   # the data's costs (AVX2, fp32)
@@ -58,32 +58,22 @@ def one_streak_prepare(self, copying=False, now=Routed.prepare):
         policy.plain_streak = streaks[name]
 
 
-def own_reach(self):
-    """Before: a vote's estimate reached twice its own widest round, whatever its prior's rounds reached."""
-    return max(2 * self.widest, 2)
-
-
 @contextlib.contextmanager
 def patched(*undone: str):
     """WhiFlash without some of the changes of 2026-11-28: "back-off" (the exploring rounds' gap stays at its first
-    value), "streaks" (one plain streak per drafter, not per vote), "reach" (a chain's estimate under a vote reaches
-    only as far as its own rounds there), "turns" (the most promising drafter's policy ran every probe, and a passing
-    probe dropped the vote's estimate only)."""
-    now = (Routed._drafter_for, Routed.observe, Routed.prepare, width_policy.AcceptanceEstimate.reach,
-           width_policy.LAST_OTHER_DRAFTER_EVERY)
+    value), "streaks" (one plain streak per drafter, not per vote), "turns" (the most promising drafter's policy ran
+    every probe, and a passing probe dropped the vote's estimate only)."""
+    now = (Routed._drafter_for, Routed.observe, Routed.prepare, width_policy.LAST_OTHER_DRAFTER_EVERY)
     if "back-off" in undone:
         width_policy.LAST_OTHER_DRAFTER_EVERY = width_policy.OTHER_DRAFTER_EVERY
     if "streaks" in undone:
         Routed.prepare = one_streak_prepare
-    if "reach" in undone:
-        width_policy.AcceptanceEstimate.reach = own_reach
     if "turns" in undone:
         Routed._drafter_for, Routed.observe = before_drafter_for, before_observe
     try:
         yield
     finally:
-        (Routed._drafter_for, Routed.observe, Routed.prepare, width_policy.AcceptanceEstimate.reach,
-         width_policy.LAST_OTHER_DRAFTER_EVERY) = now
+        Routed._drafter_for, Routed.observe, Routed.prepare, width_policy.LAST_OTHER_DRAFTER_EVERY = now
 
 
 def with_oracle_votes(data: dict) -> dict:
@@ -105,9 +95,8 @@ def cells(data: dict, order: str, noise: float) -> dict[str, dict[str, float]]:
                policy_replay.replay_routed(with_oracle_votes(data), 2, noise, 0, order, "router"))}
     earlier = {"WhiFlash now, exploring every 16 rounds": ("back-off",),
                "WhiFlash now, one plain streak per drafter": ("streaks",),
-               "WhiFlash now, a vote's own reach": ("reach",),
-               "WhiFlash at the start of the third session of 2026-11-28": ("back-off", "streaks", "reach"),
-               "WhiFlash before 2026-11-28": ("back-off", "streaks", "reach", "turns")}
+               "WhiFlash at the start of the third session of 2026-11-28": ("back-off", "streaks"),
+               "WhiFlash before 2026-11-28": ("back-off", "streaks", "turns")}
     for name, undone in earlier.items():
         with patched(*undone):
             out[name] = median(policy_replay.replay_routed(data, 2, noise, 0, order, "router"))

@@ -975,18 +975,17 @@ class RoutedWidthPolicy(PolicyOfPolicies):
             return self.fixed, False
         if any(policy.needs_draft_timing for policy in self.policies.values()):
             return vote, False
-        rates = {name: policy.rate(policy.best_drafting_width()) for name, policy in self.policies.items()}
+        rates = self._drafting_rates()
         best = max(rates, key=lambda name: (rates[name], name == vote))
+        other = next(name for name in self.policies if name != best)
         if rates[best] <= self.policies[best].rate(1):
             # plain steps pay best: one drafter's policy takes the round and runs its probe when one is due, the
             # most promising drafter's unless it ran the last probe, so that probes take turns between the drafters
             # at the rate of one drafter's schedule; not to a drafter that never probes here (no drafting width of
             # its could pay even if every draft were kept), which would hold the turn for good
-            other = next(name for name in self.policies if name != best)
             if best == self.last_prober and self.policies[other].drafting_could_pay():
                 return other, False
             return best, False
-        other = next(name for name in self.policies if name != best)
         self.since_other[context] = self.since_other.get(context, 0) + 1
         if (self.since_other[context] >= self.estimates[other][context].explore_after
                 and self.policies[other].drafting_could_pay()):
@@ -994,6 +993,10 @@ class RoutedWidthPolicy(PolicyOfPolicies):
             self.explored = (other, best, context)
             return other, True
         return best, False
+
+    def _drafting_rates(self) -> dict[str, float]:
+        """Each drafter's expected tokens per second at its best drafting width, under the prepared context."""
+        return {name: policy.rate(policy.best_drafting_width()) for name, policy in self.policies.items()}
 
     def prepare(self, copying: bool = False) -> None:
         """The round's vote and context (the vote, and whether its rows have a copy at hand, where the call keeps
@@ -1052,12 +1055,10 @@ class RoutedWidthPolicy(PolicyOfPolicies):
             # it: backing off there, a drafter that led at its widest took 47 rounds to get there, not 31), it has
             # its first gap back
             (other, best, context), self.explored = self.explored, None
-            estimate, policies = self.estimates[other][context], self.policies
-            behind = policies[other].rate(policies[other].best_drafting_width()) < policies[best].rate(
-                policies[best].best_drafting_width())
-            all_kept = width < max(policies[other].widths) and min(accepted_per_row) >= width - 1
+            estimate, rates = self.estimates[other][context], self._drafting_rates()
+            all_kept = width < max(self.policies[other].widths) and min(accepted_per_row) >= width - 1
             estimate.explore_after = (min(2 * estimate.explore_after, LAST_OTHER_DRAFTER_EVERY)
-                                      if behind and not all_kept else OTHER_DRAFTER_EVERY)
+                                      if rates[other] < rates[best] and not all_kept else OTHER_DRAFTER_EVERY)
 
     def learn_costs(self, round_widths, round_seconds, round_draft_seconds, rounds=None) -> None:
         """Each drafter's policy learns from its drafting rounds, and every policy from the plain steps (``rounds``:

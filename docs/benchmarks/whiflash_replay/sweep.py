@@ -63,6 +63,9 @@ def patched(*undone: str):
     """WhiFlash without some of the changes of 2026-11-28: "back-off" (the exploring rounds' gap stays at its first
     value), "streaks" (one plain streak per drafter, not per vote), "turns" (the most promising drafter's policy ran
     every probe, and a passing probe dropped the vote's estimate only)."""
+    unknown = set(undone) - {"back-off", "streaks", "turns"}
+    if unknown:
+        raise ValueError(f"patched: no change named {sorted(unknown)}; undo any of back-off, streaks, turns")
     now = (Routed._drafter_for, Routed.observe, Routed.prepare, width_policy.LAST_OTHER_DRAFTER_EVERY)
     if "back-off" in undone:
         width_policy.LAST_OTHER_DRAFTER_EVERY = width_policy.OTHER_DRAFTER_EVERY

@@ -35,6 +35,11 @@ def any_confident_width(rng: random.Random):
 def random_widths(monkeypatch):
     """Every round takes a width drawn at random among the policy's buckets (plain steps included), and WhiFlash's
     default call a drafter drawn at random."""
+    return use_random_widths(monkeypatch)
+
+
+def use_random_widths(monkeypatch) -> random.Random:
+    """What the ``random_widths`` fixture sets up (for other test modules)."""
     rng = random.Random(3)
     monkeypatch.setattr(WidthPolicy, "choose", lambda self, copying=False: rng.choice(self.widths))
     monkeypatch.setattr(WidthPolicy, "confident_width", any_confident_width(rng))

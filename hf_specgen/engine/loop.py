@@ -31,6 +31,8 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 from .cache import CachePool, restore_states, set_cache_length, snapshot_states
 from .graphs import BUILDING_CALLS, CACHE_BUCKET, StepRunner, build_drafting_graphs, built_widths
 from .lookup import PromptLookup
+from .narrow_rows import NARROW_ROWS_MAX, NarrowRowLinears, route_pays
+from .narrow_rows import applies as narrow_rows_apply
 from .prefill import forward_overhead_tokens, prefill_groups, prefill_in_groups, prefills_in_groups
 from .session import DecodingSession
 from .stats import RoundClock, SpeculativeStats
@@ -219,6 +221,9 @@ class SpeculativeDecoder:
         self._hybrid_layers = hybrid_layer_indices(target)  # of those, the ones that keep K/V as well
         self._states_per_layer = states_per_recurrent_layer(target)
         self._tree_budgets: list[int] = []  # the width policy's tree budgets (set per call; empty: no tree policy)
+        # verify forwards of these row counts (batch x width) run their linears as narrow_rows does (set per call by
+        # _decide_narrow_rows; empty unless eager fp32 on a CPU where it was timed faster)
+        self._narrow_rows: frozenset[int] = frozenset()
         # A compiled decoder serves every later call on its target (graphs and caches reused): calls take turns.
         self._lock = threading.Lock()
 
@@ -237,6 +242,12 @@ class SpeculativeDecoder:
 
     def _verify_step(self, block_ids, positions, mask):
         # block_ids [B, W]; positions [B, W]; mask [B, 1, W, K] (K: the attended cache slots)
+        if self._narrow_rows and block_ids.numel() in self._narrow_rows:  # never in a compiled step: empty there
+            with NarrowRowLinears():
+                return self._target_verify(block_ids, positions, mask)
+        return self._target_verify(block_ids, positions, mask)
+
+    def _target_verify(self, block_ids, positions, mask):
         out = self.target(
             input_ids=block_ids, position_ids=positions, attention_mask=mask, **{self._cache_key: self.cache},
             use_cache=True)
@@ -428,6 +439,8 @@ class SpeculativeDecoder:
                     self.proposer.start(session, prompt_features)
                     if observe is not None:
                         observe(last_logits[:, -1], prompt_features[:, -1], active_rows)
+                if active_rows:
+                    self._decide_narrow_rows(session, show, dtype)
                 policy = self._width_policy(session, show, copying) if self.adaptive and active_rows else None
                 segments = [(policy, 0)]  # each policy of the call and its first round (dropping rows changes it)
                 # An eager batch drops its finished rows (below), with a proposer that keeps per-row state it can
@@ -798,16 +811,7 @@ class SpeculativeDecoder:
         unbuilt = tuple(w for w in widths if w not in built and w not in missing)
         if not missing and not unbuilt:
             return
-        starts = session.last_slots
-        last = session.token_block(starts, 1)
-        saved_states = snapshot_states(self.cache) if self._state_layers else None
-
-        def run_verify(w):  # writes K/V past the committed slots only; rolled back below
-            show(w)
-            self._verify(last.expand(-1, w), session.position_block(starts, w), session.verify_mask(starts, w))
-            if saved_states is not None:
-                restore_states(self.cache, saved_states)
-
+        run_verify, finish = self._timing_verify(session, show)
         for w in unbuilt:
             for _ in range(BUILDING_CALLS):
                 run_verify(w)
@@ -815,7 +819,45 @@ class SpeculativeDecoder:
             timing = self._quick_timing(quick) or dict(warmups=BUILDING_CALLS if self.compile_steps else 1)
             table.verify.update(measure_verify_costs(run_verify, missing, session.device, **timing))
         built.update(widths)
-        set_cache_length(self.cache, starts)
+        finish()
+
+    def _timing_verify(self, session: DecodingSession, show):
+        """(run_verify(w): a verify of w rows over the call's cache, each row's last token repeated, writing K/V past
+        the committed slots only; finish(): rolls the cache back to the committed slots, once timing is done)."""
+        starts = session.last_slots
+        last = session.token_block(starts, 1)
+        saved_states = snapshot_states(self.cache) if self._state_layers else None
+
+        def run_verify(w):
+            show(w)
+            self._verify(last.expand(-1, w), session.position_block(starts, w), session.verify_mask(starts, w))
+            if saved_states is not None:
+                restore_states(self.cache, saved_states)
+
+        return run_verify, lambda: set_cache_length(self.cache, starts)
+
+    def _decide_narrow_rows(self, session: DecodingSession, show, dtype: torch.dtype) -> None:
+        """Whether this call's verify forwards of 2 to NARROW_ROWS_MAX rows run their linears the narrow way
+        (narrow_rows.py): eager fp32 on a CPU, where a timing of both ways over this call's cache, once per process,
+        target and device, found it faster (kept on the target's cost model beside its tables)."""
+        self._narrow_rows = frozenset()
+        batch = session.batch_size
+        if batch > NARROW_ROWS_MAX or not narrow_rows_apply(session.device, dtype, bool(self.compile_steps)):
+            return
+        routed = frozenset(range(2, NARROW_ROWS_MAX + 1))
+        decided = costs_of(self.target).narrow_rows
+        key = str(session.device)
+        if key not in decided:
+            rows = 2 if batch == 1 else 1  # a verify of batch x rows in 2..NARROW_ROWS_MAX
+            run_verify, finish = self._timing_verify(session, show)
+
+            def run(route: frozenset) -> None:
+                self._narrow_rows = route
+                run_verify(rows)
+
+            decided[key] = route_pays(lambda: run(frozenset()), lambda: run(routed), time.perf_counter)
+            finish()
+        self._narrow_rows = routed if decided[key] else frozenset()
 
     def _drop_finished_rows(self, session: DecodingSession, finished_rows: "FinishedRows", active_rows: list[int]):
         """Keep the session's (and its caches') and the proposer's ``active_rows`` only; the others' tokens go to

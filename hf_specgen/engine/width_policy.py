@@ -200,6 +200,9 @@ class CostModel:
 
     def __init__(self, tables: dict[str, CostTable] | None = None):
         self.tables = tables or {}
+        # by device: whether its eager fp32 verifies of a few rows run faster the narrow way (engine/narrow_rows.py);
+        # timed by the first such call of each process, not saved (the tables' costs were timed either way)
+        self.narrow_rows: dict[str, bool] = {}
 
     def table(self, key: str) -> CostTable:
         return self.tables.setdefault(key, CostTable())

@@ -1,0 +1,73 @@
+"""The default calls on the real target in fp32 with verifies of a few rows computed the narrow way
+(hf_specgen/engine/narrow_rows.py, "on") and the library's way ("off"), against stock `generate`, in one process.
+
+Two copies of the target, one per variant (each with its own cost model: "off" is told the route does not pay before
+its first call, "on" times it as any call does), and per variant its own drafters (each carries its own acceptance
+estimates). One prompt of each category (HumanEval, then Spec-Bench's), 96 new tokens, greedy; for each prompt every
+call once to warm up, then REPEATS passes in which stock and each mode's two variants take turns; prints per category
+and mode the median decode speed over stock's and whether the text equals stock's (fp32: it must).
+
+    python docs/benchmarks/narrow_rows/narrow_ab.py THREADS REPEATS [MODES]   # MODES: dflash,eagle3,whiflash
+"""
+
+import statistics
+import sys
+import time
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+import hf_specgen
+from hf_specgen.bench.prompt_sets import pick_prompts
+from hf_specgen.engine.width_policy import costs_of
+from hf_specgen.targets import resolve_target
+
+FOLDERS = {"dflash": "hub_models/smollm2-135m-instruct-dflash-b16", "eagle3": "hub_models/smollm2-135m-instruct-eagle3",
+           "whiflash": "hub_models/smollm2-135m-instruct-whiflash"}
+
+
+def main() -> None:
+    threads, repeats = int(sys.argv[1]), int(sys.argv[2])
+    modes = sys.argv[3].split(",") if len(sys.argv) > 3 else list(FOLDERS)
+    torch.set_num_threads(threads)
+    path = resolve_target("smollm2-135m-instruct")
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    targets = {v: hf_specgen.enable(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval())
+               for v in ("off", "on")}
+    costs_of(targets["off"]).narrow_rows["cpu"] = False
+    drafters = {(m, v): hf_specgen.load_drafter(FOLDERS[m], dtype=torch.float32) for m in modes for v in targets}
+    print(f"{threads} thread(s), fp32, {repeats} passes; speed over stock generate (median), same text as stock")
+    print(f"{'category':15s} " + " ".join(f"{m + ' ' + v:>16s}" for m in modes for v in targets))
+    ratios = {key: [] for key in drafters}
+    for record in pick_prompts(["humaneval", "specbench"], 1):
+        inputs = tokenizer.apply_chat_template([{"role": "user", "content": record["prompt"]}],
+                                               add_generation_prompt=True, return_tensors="pt", return_dict=True)
+
+        def run(key):
+            start = time.perf_counter()
+            if key is None:
+                out = targets["off"].generate(**inputs, max_new_tokens=96, do_sample=False)
+            else:
+                mode, variant = key
+                out = targets[variant].generate(**inputs, max_new_tokens=96, do_sample=False,
+                                                assistant_model=drafters[key], speculative_mode=mode)
+            return time.perf_counter() - start, out
+
+        keys = [None, *drafters]
+        seconds = {key: [] for key in keys}
+        texts = {key: run(key)[1] for key in keys}  # warm-up (and the first call's cost measurement)
+        for _ in range(repeats):
+            for key in keys:
+                seconds[key].append(run(key)[0])
+        stock = statistics.median(seconds[None])
+        cells = []
+        for key in drafters:
+            ratio = stock / statistics.median(seconds[key])
+            ratios[key].append(ratio)
+            cells.append(f"{ratio:.2f}x {'=' if torch.equal(texts[key], texts[None]) else 'DIFF'}")
+        print(f"{record['category']:15s} " + " ".join(f"{c:>16s}" for c in cells), flush=True)
+    print(f"{'geomean':15s} " + " ".join(f"{statistics.geometric_mean(r):>15.2f}x" for r in ratios.values()))
+
+
+if __name__ == "__main__":
+    main()

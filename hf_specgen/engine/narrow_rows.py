@@ -1,0 +1,73 @@
+"""Linear layers over a few rows on a CPU in fp32: the verify of 2-4 tokens at the cost of one.
+
+A CPU's BLAS computes ``x @ W.T`` for a single row as a matrix-vector product, but for 2-16 rows it runs a general
+matrix product that repacks the large operand, the weight, on every call. On SmolLM2-135M in fp32 (one thread of a
+2-core AMD EPYC with AVX512-BF16, transformers' eager forward over a 200-token cache) a forward of 1 token took 41
+ms, of 2 tokens 75 ms and of 4 tokens 65 ms, the linears' share of it 34, 61 and 52 ms; the same rows as ``W @ x.T``
+(the few rows are then the small operand) took 47 and 50 ms, and with 2 threads 33 and 34 ms, where the
+single-token forward stays at 40 (docs/benchmarks/narrow_rows/forward_rows.txt, docs/width-policy.md). The width
+policy prices every width by what it measures, so cheaper narrow verifies make rounds of 2-4 tokens pay where they did
+not. In bf16 the library's kernels already handle few rows well (and this route is slower there): fp32 only. Not
+measured on a CPU with AVX2 only, which is why the engine times both ways before it takes this one.
+
+``NarrowRowLinears`` is a torch function mode: while it is active, ``F.linear`` over 2 to ``NARROW_ROWS_MAX`` rows of
+fp32 CPU tensors runs as ``(W @ x.T).T``; every other call is untouched. The engine enables it around the target's
+eager verify forwards of those row counts once a timing on the call's own cache shows it faster on this machine
+(``route_pays``; ``SpeculativeDecoder._decide_narrow_rows``). It changes the order of fp32 additions, as any verify
+of several rows already does against stock's single-row steps; tests check lossless calls still give stock's tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+NARROW_ROWS_MAX = 4  # wider: the general product was as fast or faster in the measurement above (8 rows: 76 / 79 ms)
+ROUTE_MARGIN = 0.05  # the route must save this share of a forward to be taken (timing noise)
+ROUTE_PASSES = 2  # timed passes of each route, alternating, the fastest of each compared (0.3-0.4 s on SmolLM2)
+
+
+def applies(device: torch.device, dtype: torch.dtype, compiled: bool) -> bool:
+    """Whether the route may be used: eager fp32 forwards on a CPU (compiled steps use inductor's own kernels)."""
+    return device.type == "cpu" and dtype == torch.float32 and not compiled
+
+
+def narrow_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)``; x [..., K] of 2 to NARROW_ROWS_MAX rows in all, weight [N, K] (fp32 CPU tensors)
+    as ``(weight @ x.T).T`` [..., N]; anything else through ``F.linear``."""
+    rows = x.numel() // max(x.shape[-1], 1)
+    if not (2 <= rows <= NARROW_ROWS_MAX and x.dtype == weight.dtype == torch.float32 and x.device.type == "cpu"
+            and weight.device.type == "cpu" and weight.dim() == 2 and weight.layout == torch.strided):
+        return F.linear(x, weight, bias)
+    # [N, K] @ [K, rows] -> [N, rows] -> [rows, N], made contiguous: the next layer reads it row by row
+    out = torch.mm(weight, x.reshape(rows, x.shape[-1]).t()).t().contiguous().view(*x.shape[:-1], weight.shape[0])
+    return out if bias is None else out + bias
+
+
+class NarrowRowLinears(TorchFunctionMode):
+    """While active (``with NarrowRowLinears():``), ``F.linear`` runs as ``narrow_linear``. ``calls`` counts the
+    linears it saw (so tests can tell that a forward went through it)."""
+
+    calls = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.linear:  # the mode is off inside this method, so F.linear below is the library's
+            NarrowRowLinears.calls += 1
+            return narrow_linear(*args, **kwargs)
+        return func(*args, **kwargs)
+
+
+def route_pays(run_plain, run_narrow, clock, passes: int = ROUTE_PASSES, margin: float = ROUTE_MARGIN) -> bool:
+    """Whether ``run_narrow()`` is faster than ``run_plain()`` by at least ``margin``: one untimed call of each, then
+    ``passes`` timed calls of each in turns (``clock()``: seconds), the fastest of each compared."""
+    run_plain()
+    run_narrow()
+    plain, narrow = [], []
+    for _ in range(passes):
+        for run, times in ((run_plain, plain), (run_narrow, narrow)):
+            start = clock()
+            run()
+            times.append(clock() - start)
+    return min(narrow) < (1 - margin) * min(plain)

@@ -115,10 +115,18 @@ def test_the_engine_times_the_route_once_per_device_and_leaves_it_off_where_it_d
     assert costs_of(target16).narrow_rows == {} and len(timings) == 1
 
 
-def test_a_batch_wider_than_the_route_never_times_it(monkeypatch):
+def test_calls_whose_verifies_never_have_2_to_4_rows_never_time_the_route(monkeypatch):
     target = make_target("llama", seed=6)
+    drafter = make_dflash(target, block_size=8)
     monkeypatch.setattr(loop, "route_pays", lambda *args: pytest.fail("timed a route no verify could take"))
+    prompt = torch.tensor([[7, 3, 11, 29, 5, 8, 40, 2, 19]])
+    target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", block_size=8, max_new_tokens=6)
+    target.generate(prompt, speculative_mode="autoregressive", max_new_tokens=6)  # plain steps of one row
     rows = torch.randint(3, 200, (NARROW_ROWS_MAX + 1, 6), generator=torch.Generator().manual_seed(0))
-    target.generate(rows, assistant_model=make_dflash(target, block_size=8), speculative_mode="dflash",
-                    max_new_tokens=6)
+    target.generate(rows, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=6)  # a wide batch
     assert costs_of(target).narrow_rows == {}
+    monkeypatch.undo()
+    # a fixed block of 2 at batch 2 verifies 4 rows: timed
+    target.generate(prompt.expand(2, -1), assistant_model=drafter, speculative_mode="dflash", block_size=2,
+                    max_new_tokens=6)
+    assert set(costs_of(target).narrow_rows) == {"cpu"}

@@ -845,6 +845,11 @@ class SpeculativeDecoder:
         if batch > NARROW_ROWS_MAX or not narrow_rows_apply(session.device, dtype, bool(self.compile_steps)):
             return
         routed = frozenset(range(2, NARROW_ROWS_MAX + 1))
+        # the rows a verify of this call may have: any width up to the widest where widths vary (the width policy, a
+        # hybrid target's re-feed of the committed rows), else the fixed block; at this batch size or any it shrinks to
+        widths = range(1, self._copy_width() + 1) if self.adaptive or self._state_layers else (self.width,)
+        if not routed & {rows * w for rows in range(1, batch + 1) for w in widths}:
+            return  # (a fixed block of 8, plain decoding of one prompt: nothing to time)
         decided = costs_of(self.target).narrow_rows
         key = str(session.device)
         if key not in decided:

@@ -7,8 +7,9 @@ ms, of 2 tokens 75 ms and of 4 tokens 65 ms, the linears' share of it 34, 61 and
 (the few rows are then the small operand) took 47 and 50 ms, and with 2 threads 33 and 34 ms, where the
 single-token forward stays at 40 (docs/benchmarks/narrow_rows/forward_rows.txt, docs/width-policy.md). The width
 policy prices every width by what it measures, so cheaper narrow verifies make rounds of 2-4 tokens pay where they did
-not. In bf16 the library's kernels already handle few rows well (and this route is slower there): fp32 only. Not
-measured on a CPU with AVX2 only, which is why the engine times both ways before it takes this one.
+not. In bf16 the library's kernels already handle few rows well (the engine's bf16 verify of 2 rows cost 1.05 plain
+steps there): fp32 only. Not measured on a CPU with AVX2 only, which is why the engine times both ways before it
+takes this one.
 
 ``NarrowRowLinears`` is a torch function mode: while it is active, ``F.linear`` over 2 to ``NARROW_ROWS_MAX`` rows of
 fp32 CPU tensors runs as ``(W @ x.T).T``; every other call is untouched. The engine enables it around the target's

@@ -7,7 +7,9 @@ estimates). One prompt of each category (HumanEval, then Spec-Bench's), 96 new t
 call once to warm up, then REPEATS passes in which stock and each mode's two variants take turns; prints per category
 and mode the median decode speed over stock's and whether the text equals stock's (fp32: it must).
 
-    python docs/benchmarks/narrow_rows/narrow_ab.py THREADS REPEATS [MODES]   # MODES: dflash,eagle3,whiflash
+    python docs/benchmarks/narrow_rows/narrow_ab.py THREADS REPEATS [MODES] [BATCH]
+    # MODES: a comma list of dflash, eagle3, whiflash, autoregressive (the engine's plain steps); BATCH (default 1):
+    # that many prompts of each category in one left-padded batch, against stock batched generate
 """
 
 import statistics
@@ -23,25 +25,30 @@ from hf_specgen.engine.width_policy import costs_of
 from hf_specgen.targets import resolve_target
 
 FOLDERS = {"dflash": "hub_models/smollm2-135m-instruct-dflash-b16", "eagle3": "hub_models/smollm2-135m-instruct-eagle3",
-           "whiflash": "hub_models/smollm2-135m-instruct-whiflash"}
+           "whiflash": "hub_models/smollm2-135m-instruct-whiflash", "autoregressive": None}
 
 
 def main() -> None:
     threads, repeats = int(sys.argv[1]), int(sys.argv[2])
-    modes = sys.argv[3].split(",") if len(sys.argv) > 3 else list(FOLDERS)
+    modes = sys.argv[3].split(",") if len(sys.argv) > 3 else ["dflash", "eagle3", "whiflash"]
+    batch = int(sys.argv[4]) if len(sys.argv) > 4 else 1
     torch.set_num_threads(threads)
     path = resolve_target("smollm2-135m-instruct")
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
     targets = {v: hf_specgen.enable(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval())
                for v in ("off", "on")}
     costs_of(targets["off"]).narrow_rows["cpu"] = False
-    drafters = {(m, v): hf_specgen.load_drafter(FOLDERS[m], dtype=torch.float32) for m in modes for v in targets}
-    print(f"{threads} thread(s), fp32, {repeats} passes; speed over stock generate (median), same text as stock")
-    print(f"{'category':15s} " + " ".join(f"{m + ' ' + v:>16s}" for m in modes for v in targets))
+    drafters = {(m, v): FOLDERS[m] and hf_specgen.load_drafter(FOLDERS[m], dtype=torch.float32)
+                for m in modes for v in targets}
+    print(f"{threads} thread(s), fp32, batch {batch}, {repeats} passes; speed over stock generate (median), same text"
+          " as stock")
+    print(f"{'category':15s} " + " ".join(f"{m[:9] + ' ' + v:>16s}" for m in modes for v in targets))
     ratios = {key: [] for key in drafters}
-    for record in pick_prompts(["humaneval", "specbench"], 1):
-        inputs = tokenizer.apply_chat_template([{"role": "user", "content": record["prompt"]}],
-                                               add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    records = pick_prompts(["humaneval", "specbench"], batch)
+    for group in (records[i: i + batch] for i in range(0, len(records), batch)):
+        inputs = tokenizer.apply_chat_template([[{"role": "user", "content": r["prompt"]}] for r in group],
+                                               add_generation_prompt=True, padding=True, return_tensors="pt",
+                                               return_dict=True)
 
         def run(key):
             start = time.perf_counter()
@@ -49,8 +56,9 @@ def main() -> None:
                 out = targets["off"].generate(**inputs, max_new_tokens=96, do_sample=False)
             else:
                 mode, variant = key
+                drafter = {"assistant_model": drafters[key]} if drafters[key] is not None else {}
                 out = targets[variant].generate(**inputs, max_new_tokens=96, do_sample=False,
-                                                assistant_model=drafters[key], speculative_mode=mode)
+                                                speculative_mode=mode, **drafter)
             return time.perf_counter() - start, out
 
         keys = [None, *drafters]
@@ -65,7 +73,7 @@ def main() -> None:
             ratio = stock / statistics.median(seconds[key])
             ratios[key].append(ratio)
             cells.append(f"{ratio:.2f}x {'=' if torch.equal(texts[key], texts[None]) else 'DIFF'}")
-        print(f"{record['category']:15s} " + " ".join(f"{c:>16s}" for c in cells), flush=True)
+        print(f"{group[0]['category']:15s} " + " ".join(f"{c:>16s}" for c in cells), flush=True)
     print(f"{'geomean':15s} " + " ".join(f"{statistics.geometric_mean(r):>15.2f}x" for r in ratios.values()))
 
 

@@ -5,13 +5,14 @@ faster, once per process and device, in eager fp32 on a CPU."""
 from __future__ import annotations
 
 import random
+import types
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from conftest import make_dflash, make_target
-from hf_specgen.engine import loop
+from hf_specgen.engine import loop, width_policy
 from hf_specgen.engine.narrow_rows import NARROW_ROWS_MAX, NarrowRowLinears, applies, narrow_linear, route_pays
 from hf_specgen.engine.width_policy import costs_of
 from test_eagle3 import make_eagle3
@@ -48,21 +49,22 @@ def test_a_model_forward_under_the_mode_routes_its_linears_and_gives_the_same_lo
     torch.testing.assert_close(narrow, plain, rtol=1e-5, atol=1e-5)
 
 
-def test_route_pays_compares_the_fastest_pass_of_each_way():
+def test_route_pays_compares_the_fastest_pass_of_each_way(monkeypatch):
     now = [0.0]
+    monkeypatch.setattr(width_policy, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))  # a clock the runs move
 
     def taking(seconds):
         def run():
             now[0] += seconds.pop(0) if isinstance(seconds, list) else seconds
         return run
 
-    clock = lambda: now[0]  # noqa: E731
-    assert route_pays(taking(1.0), taking(0.6), clock)
-    assert not route_pays(taking(1.0), taking(0.97), clock)  # within the margin: not worth a different summation
-    assert not route_pays(taking(1.0), taking(1.4), clock)
+    cpu = torch.device("cpu")
+    assert route_pays(taking(1.0), taking(0.6), cpu)
+    assert not route_pays(taking(1.0), taking(0.97), cpu)  # within the margin: not worth a different summation
+    assert not route_pays(taking(1.0), taking(1.4), cpu)
     # the fastest timed pass of each counts, not the untimed first call (allocations) or one slow pass
-    assert route_pays(taking([9.0, 1.0, 5.0, 1.0]), taking([9.0, 3.0, 0.5, 0.5]), clock, passes=3)
-    assert not route_pays(taking([9.0, 1.0, 5.0, 1.0]), taking([0.1, 3.0, 2.0, 1.5]), clock, passes=3)
+    assert route_pays(taking([9.0, 1.0, 5.0, 1.0]), taking([9.0, 3.0, 0.5, 0.5]), cpu, passes=3)
+    assert not route_pays(taking([9.0, 1.0, 5.0, 1.0]), taking([0.1, 3.0, 2.0, 1.5]), cpu, passes=3)
 
 
 def test_the_route_applies_to_eager_fp32_forwards_on_a_cpu_only():
@@ -92,7 +94,7 @@ def test_the_engine_times_the_route_once_per_device_and_leaves_it_off_where_it_d
     drafter = make_dflash(target, block_size=8)
     timings = []
 
-    def slower(run_plain, run_narrow, clock):
+    def slower(run_plain, run_narrow, device):
         timings.append(1)
         run_plain()
         run_narrow()  # both ways run over the call's own cache, which is rolled back after

@@ -860,7 +860,7 @@ class SpeculativeDecoder:
                 self._narrow_rows = route
                 run_verify(rows)
 
-            decided[key] = route_pays(lambda: run(frozenset()), lambda: run(routed), time.perf_counter)
+            decided[key] = route_pays(lambda: run(frozenset()), lambda: run(routed), session.device)
             finish()
         self._narrow_rows = routed if decided[key] else frozenset()
 

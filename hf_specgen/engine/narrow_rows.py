@@ -24,6 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
+from .width_policy import measure_verify_costs
+
 NARROW_ROWS_MAX = 4  # from 8 rows on the library's product was as fast or faster (8 rows, one thread: 74.9 / 80.4 ms)
 ROUTE_MARGIN = 0.05  # the route must save this share of a forward to be taken (timing noise)
 ROUTE_PASSES = 2  # timed passes of each route, alternating, the fastest of each compared (0.3-0.4 s on SmolLM2)
@@ -60,15 +62,10 @@ class NarrowRowLinears(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-def route_pays(run_plain, run_narrow, clock, passes: int = ROUTE_PASSES, margin: float = ROUTE_MARGIN) -> bool:
-    """Whether ``run_narrow()`` is faster than ``run_plain()`` by at least ``margin``: one untimed call of each, then
-    ``passes`` timed calls of each in turns (``clock()``: seconds), the fastest of each compared."""
-    run_plain()
-    run_narrow()
-    plain, narrow = [], []
-    for _ in range(passes):
-        for run, times in ((run_plain, plain), (run_narrow, narrow)):
-            start = clock()
-            run()
-            times.append(clock() - start)
-    return min(narrow) < (1 - margin) * min(plain)
+def route_pays(run_plain, run_narrow, device: torch.device, passes: int = ROUTE_PASSES,
+               margin: float = ROUTE_MARGIN) -> bool:
+    """Whether ``run_narrow()`` is faster than ``run_plain()`` by at least ``margin``, timed as the width policy times
+    its verifies (``measure_verify_costs``): one untimed call of each, then ``passes`` timed calls of each in turns,
+    the fastest of each compared."""
+    seconds = measure_verify_costs(lambda run: run(), (run_plain, run_narrow), device, budget=0.0, min_passes=passes)
+    return seconds[run_narrow] < (1 - margin) * seconds[run_plain]

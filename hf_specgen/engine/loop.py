@@ -22,6 +22,7 @@ from __future__ import annotations
 import inspect
 import threading
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 
 import torch
@@ -31,7 +32,7 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 from .cache import CachePool, restore_states, set_cache_length, snapshot_states
 from .graphs import BUILDING_CALLS, CACHE_BUCKET, StepRunner, build_drafting_graphs, built_widths
 from .lookup import PromptLookup
-from .narrow_rows import NARROW_ROWS_MAX, NarrowRowLinears, route_pays
+from .narrow_rows import NARROW_ROWS_MAX, ROUTED_ROWS, NarrowRowLinears, route_pays
 from .narrow_rows import applies as narrow_rows_apply
 from .prefill import forward_overhead_tokens, prefill_groups, prefill_in_groups, prefills_in_groups
 from .session import DecodingSession
@@ -189,6 +190,9 @@ def single_row_steps_as_stock(device: torch.device, dtype: torch.dtype) -> bool:
 class SpeculativeDecoder:
     """Runs speculative generate calls for ``target`` with a proposer (see drafters/)."""
 
+    # the drafter's forwards take the target's narrow routes too (_drafting_linears); off only to measure them apart
+    routes_drafting = True
+
     def __init__(self, target, proposer, mode: str, compile_steps: bool | str, verifier=None, adaptive: bool = False,
                  drafter=None, prompt_lookup: bool = False, lookup_in_batches: bool = True,
                  copy_width: int = COPY_WIDTH):
@@ -221,8 +225,8 @@ class SpeculativeDecoder:
         self._hybrid_layers = hybrid_layer_indices(target)  # of those, the ones that keep K/V as well
         self._states_per_layer = states_per_recurrent_layer(target)
         self._tree_budgets: list[int] = []  # the width policy's tree budgets (set per call; empty: no tree policy)
-        # verify forwards of these row counts (batch x width) run their linears as narrow_rows does (set per call by
-        # _decide_narrow_rows; empty unless eager fp32 on a CPU where it was timed faster)
+        # target forwards of these row counts (batch x width: plain steps, verifies) run their linears as narrow_rows
+        # does (set per call by _decide_narrow_rows; empty unless eager fp32 on a CPU where it was timed faster)
         self._narrow_rows: frozenset[int] = frozenset()
         # A compiled decoder serves every later call on its target (graphs and caches reused): calls take turns.
         self._lock = threading.Lock()
@@ -243,9 +247,19 @@ class SpeculativeDecoder:
     def _verify_step(self, block_ids, positions, mask):
         # block_ids [B, W]; positions [B, W]; mask [B, 1, W, K] (K: the attended cache slots)
         if self._narrow_rows and block_ids.numel() in self._narrow_rows:  # never in a compiled step: empty there
-            with NarrowRowLinears():
+            with NarrowRowLinears(self._narrow_rows):
                 return self._target_verify(block_ids, positions, mask)
         return self._target_verify(block_ids, positions, mask)
+
+    def _drafting_linears(self):
+        """The context of the drafter's forwards in a round (drafting, catching up on committed rows): a drafter on the
+        target's hidden states (DFlash, EAGLE-3, WhiFlash) runs its linears over as many rows as a routed target
+        forward's the same way (narrow_rows.py). Not timed apart: such a drafter has the target's hidden size and runs
+        the machine's same kernels (a one-layer EAGLE-3 chain step is one row; a DFlash round's lm_head reads its
+        drafted rows, 1 to 3 in a narrow round). A separate draft LM (classic, FLy) keeps the library's way: its sizes
+        are its own, and the route was timed on the target's."""
+        routes = self._narrow_rows and self.layer_ids and self.routes_drafting
+        return NarrowRowLinears(self._narrow_rows) if routes else nullcontext()
 
     def _target_verify(self, block_ids, positions, mask):
         out = self.target(
@@ -490,9 +504,10 @@ class SpeculativeDecoder:
                         # the text at the width the policy chose: trimmed by the drafter's doubts, a probe on
                         # GSM8K after other kinds of text passed too rarely, and drafting resumed late)
                         unsure = stops_unsure and not policy.needs_draft_timing and not policy.probing
-                        draft = (self.proposer.propose(round_width, whole_block=timing,
-                                                       **({"stop_below": UNSURE_STOP} if unsure else {}))
-                                 if round_width is not None and takes_width else self.proposer.propose())
+                        with self._drafting_linears():
+                            draft = (self.proposer.propose(round_width, whole_block=timing,
+                                                           **({"stop_below": UNSURE_STOP} if unsure else {}))
+                                     if round_width is not None and takes_width else self.proposer.propose())
                         if timing:
                             policy.timed_draft(self._synced_time() - draft_started)
                         confidences = self.proposer.confidences if unsure else None  # None: a DFlash round's
@@ -543,13 +558,15 @@ class SpeculativeDecoder:
                     if features is not None and trims_context and not self.compile_steps:
                         # Eager steps take any number of context rows: hand over only up to the longest commit.
                         features = features[:, : max(1, max(numbers[2][b] + 1 for b in active_rows))]
-                    if copies_alone:  # the drafter catches up on the committed rows, as after plain steps
-                        rows = numbers[2][0] + 1
-                        self.proposer.commit_plain(features[:, :rows] if features is not None else None, counts, rows)
-                    elif not drafted:
-                        self.proposer.commit_plain(features, counts)
-                    else:  # (a round that drafted and then verified one row too: its drafter moves on as after any)
-                        self.proposer.commit(features, counts)
+                    with self._drafting_linears():
+                        if copies_alone:  # the drafter catches up on the committed rows, as after plain steps
+                            rows = numbers[2][0] + 1
+                            self.proposer.commit_plain(features[:, :rows] if features is not None else None, counts,
+                                                       rows)
+                        elif not drafted:
+                            self.proposer.commit_plain(features, counts)
+                        else:  # (a round that drafted, then verified one row too: its drafter moves on as after any)
+                            self.proposer.commit(features, counts)
                     if policy is not None:
                         # a round in which a row stopped (EOS, max_new_tokens) may have committed fewer tokens than
                         # it accepted: no measure of what its width delivers
@@ -837,32 +854,35 @@ class SpeculativeDecoder:
         return run_verify, lambda: set_cache_length(self.cache, starts)
 
     def _decide_narrow_rows(self, session: DecodingSession, show, dtype: torch.dtype) -> None:
-        """Whether this call's verify forwards of 2 to NARROW_ROWS_MAX rows run their linears the narrow way
-        (narrow_rows.py): eager fp32 on a CPU, where a timing of both ways over this call's cache, once per process,
-        target and device, found it faster (kept on the target's cost model beside its tables)."""
+        """Which of this call's target forwards run their linears the narrow way (narrow_rows.py): eager fp32 on a
+        CPU, each kind of ROUTED_ROWS (a one-row plain step; verifies of 2 to NARROW_ROWS_MAX rows, batch x width)
+        where a timing of both ways over this call's cache, once per process, target and device, found it faster
+        (kept on the target's cost model beside its tables)."""
         self._narrow_rows = frozenset()
         batch = session.batch_size
         if batch > NARROW_ROWS_MAX or not narrow_rows_apply(session.device, dtype, bool(self.compile_steps)):
             return
-        routed = frozenset(range(2, NARROW_ROWS_MAX + 1))
         # the rows a verify of this call may have: any width up to the widest where widths vary (the width policy, a
         # hybrid target's re-feed of the committed rows), else the fixed block; at this batch size or any it shrinks to
         widths = range(1, self._copy_width() + 1) if self.adaptive or self._state_layers else (self.width,)
-        if not routed & {rows * w for rows in range(1, batch + 1) for w in widths}:
-            return  # (a fixed block of 8, plain decoding of one prompt: nothing to time)
-        decided = costs_of(self.target).narrow_rows
-        key = str(session.device)
-        if key not in decided:
-            rows = 2 if batch == 1 else 1  # a verify of batch x rows in 2..NARROW_ROWS_MAX
-            run_verify, finish = self._timing_verify(session, show)
+        possible = {rows * w for rows in range(1, batch + 1) for w in widths}
+        decided, device = costs_of(self.target).narrow_rows, str(session.device)
+        timing = None  # (run_verify, finish), once something is timed
+        for routed in ROUTED_ROWS:
+            # a verify width whose rows at this batch size are of this kind (none: a batch of 4 about a one-row step)
+            timed_width = next((w for w in range(1, NARROW_ROWS_MAX + 1) if batch * w in routed), None)
+            if (device, min(routed)) in decided or not routed & possible or timed_width is None:
+                continue  # (a fixed block of 8; one-row steps in a batch of 4, untimed until a call of one prompt)
+            timing = timing or self._timing_verify(session, show)
 
-            def run(route: frozenset) -> None:
+            def run(route: frozenset, run_verify=timing[0], width=timed_width) -> None:
                 self._narrow_rows = route
-                run_verify(rows)
+                run_verify(width)
 
-            decided[key] = route_pays(lambda: run(frozenset()), lambda: run(routed), session.device)
-            finish()
-        self._narrow_rows = routed if decided[key] else frozenset()
+            decided[device, min(routed)] = route_pays(lambda: run(frozenset()), lambda: run(routed), session.device)
+        if timing is not None:
+            timing[1]()
+        self._narrow_rows = frozenset().union(*(r for r in ROUTED_ROWS if decided.get((device, min(r)))))
 
     def _drop_finished_rows(self, session: DecodingSession, finished_rows: "FinishedRows", active_rows: list[int]):
         """Keep the session's (and its caches') and the proposer's ``active_rows`` only; the others' tokens go to

@@ -200,9 +200,10 @@ class CostModel:
 
     def __init__(self, tables: dict[str, CostTable] | None = None):
         self.tables = tables or {}
-        # by device: whether its eager fp32 verifies of a few rows run faster the narrow way (engine/narrow_rows.py);
+        # by (device, fewest rows of a kind of forward in narrow_rows.ROUTED_ROWS): whether its eager fp32 forwards of
+        # that kind (a one-row plain step, verifies of 2-4 rows) run faster the narrow way (engine/narrow_rows.py);
         # timed by the first such call of each process, not saved (the tables' costs were timed either way)
-        self.narrow_rows: dict[str, bool] = {}
+        self.narrow_rows: dict[tuple[str, int], bool] = {}
 
     def table(self, key: str) -> CostTable:
         return self.tables.setdefault(key, CostTable())

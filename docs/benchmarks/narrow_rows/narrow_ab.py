@@ -1,15 +1,19 @@
-"""The default calls on the real target in fp32 with verifies of a few rows computed the narrow way
-(hf_specgen/engine/narrow_rows.py, "on") and the library's way ("off"), against stock `generate`, in one process.
+"""The default calls on the real target in fp32 with plain steps and verifies of a few rows computed the narrow way
+(hf_specgen/engine/narrow_rows.py) or the library's way, against stock `generate`, in one process.
 
-Two copies of the target, one per variant (each with its own cost model: "off" is told the route does not pay before
-its first call, "on" times it as any call does), and per variant its own drafters (each carries its own acceptance
-estimates). One prompt of each category (HumanEval, then Spec-Bench's), 96 new tokens, greedy; for each prompt every
-call once to warm up, then REPEATS passes in which stock and each mode's two variants take turns; prints per category
-and mode the median decode speed over stock's and whether the text equals stock's (fp32: it must).
+One copy of the target per variant, each with its own cost model: "off" is told neither kind of the route pays
+before its first call, "few" that one-row plain steps do not (verifies of 2-4 rows timed as any call does: the route
+as of 2026-11-28), "target" and "on" time both kinds as any call does, "target" keeping the drafters' forwards on the
+library's way (SpeculativeDecoder.routes_drafting off during its calls); and per variant its own drafters (each
+carries its own acceptance estimates). One prompt of each category (HumanEval, then Spec-Bench's), 96 new tokens,
+greedy; for each prompt every call once to warm up, then REPEATS passes in which stock and each mode's variants take
+turns; prints per category and mode the median speed of the whole call over stock's and whether the text equals
+stock's (fp32: it must).
 
-    python docs/benchmarks/narrow_rows/narrow_ab.py THREADS REPEATS [MODES] [BATCH]
+    python docs/benchmarks/narrow_rows/narrow_ab.py THREADS REPEATS [MODES] [BATCH] [VARIANTS]
     # MODES: a comma list of dflash, eagle3, whiflash, autoregressive (the engine's plain steps); BATCH (default 1):
-    # that many prompts of each category in one left-padded batch, against stock batched generate
+    # that many prompts of each category in one left-padded batch, against stock batched generate; VARIANTS: a comma
+    # list of off, few, target, on (default off,on)
 """
 
 import statistics
@@ -21,6 +25,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import hf_specgen
 from hf_specgen.bench.prompt_sets import pick_prompts
+from hf_specgen.engine.loop import SpeculativeDecoder
 from hf_specgen.engine.width_policy import costs_of
 from hf_specgen.targets import resolve_target
 
@@ -32,12 +37,16 @@ def main() -> None:
     threads, repeats = int(sys.argv[1]), int(sys.argv[2])
     modes = sys.argv[3].split(",") if len(sys.argv) > 3 else ["dflash", "eagle3", "whiflash"]
     batch = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+    variants = sys.argv[5].split(",") if len(sys.argv) > 5 else ["off", "on"]
     torch.set_num_threads(threads)
     path = resolve_target("smollm2-135m-instruct")
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
     targets = {v: hf_specgen.enable(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval())
-               for v in ("off", "on")}
-    costs_of(targets["off"]).narrow_rows["cpu"] = False
+               for v in variants}
+    told = {"off": {("cpu", 1): False, ("cpu", 2): False}, "few": {("cpu", 1): False}, "target": {}, "on": {}}
+    for variant, target in targets.items():
+        costs_of(target).narrow_rows.update(told[variant])
+    stock_target = targets[variants[0]]
     drafters = {(m, v): FOLDERS[m] and hf_specgen.load_drafter(FOLDERS[m], dtype=torch.float32)
                 for m in modes for v in targets}
     print(f"{threads} thread(s), fp32, batch {batch}, {repeats} passes; speed over stock generate (median), same text"
@@ -53,9 +62,10 @@ def main() -> None:
         def run(key):
             start = time.perf_counter()
             if key is None:
-                out = targets["off"].generate(**inputs, max_new_tokens=96, do_sample=False)
+                out = stock_target.generate(**inputs, max_new_tokens=96, do_sample=False)
             else:
                 mode, variant = key
+                SpeculativeDecoder.routes_drafting = variant != "target"
                 drafter = {"assistant_model": drafters[key]} if drafters[key] is not None else {}
                 out = targets[variant].generate(**inputs, max_new_tokens=96, do_sample=False,
                                                 speculative_mode=mode, **drafter)

@@ -13,8 +13,8 @@ import torch.nn.functional as F
 
 from conftest import make_dflash, make_target
 from hf_specgen.engine import loop, width_policy
-from hf_specgen.engine.narrow_rows import (NARROW_ROWS_MAX, NarrowRowLinears, applies, halves_linear, narrow_linear,
-                                           route_pays)
+from hf_specgen.engine.narrow_rows import (NARROW_ROWS_MAX, NarrowRowLinears, applies, describe_routes, halves_linear,
+                                           narrow_linear, route_pays)
 from hf_specgen.engine.width_policy import costs_of
 from test_eagle3 import make_eagle3
 from test_width_policy import _exact_on_padded_batch, use_random_widths
@@ -182,3 +182,11 @@ def test_the_drafters_forwards_take_the_targets_routes(monkeypatch):
         # the chain's steps (one row each) and its catching up on committed rows (1-4): routed when asked, and only
         # then; the drafter's start over the prompt (9 rows) never
         assert any(routed) == routes_drafting and not all(routed)
+
+
+def test_the_benchmarks_report_says_which_routes_were_taken():
+    assert describe_routes({}) is None  # nothing timed: bf16, a GPU, compiled steps
+    line = describe_routes({("cpu", 2): False, ("cpu", 1): True})
+    assert line.index("one-row steps") < line.index("verifies of 2-4 rows")
+    assert "one-row steps as a batched product over the weights' halves on cpu: taken" in line
+    assert "verifies of 2-4 rows as W @ x.T on cpu: not taken" in line

@@ -21,6 +21,8 @@ import torch
 
 from ..config import DEFAULT_NUM_DRAFT_TOKENS
 from ..engine.graphs import CACHE_BUCKET, allow_a_graph_per_decoder
+from ..engine.narrow_rows import describe_routes
+from ..engine.width_policy import costs_of
 from ..embedded import hub_models_dir
 from ..reports import has_compiled_baseline, markdown_table
 from .choices import ALL_METHODS, DTYPE_NAMES, LOSSLESS_DEFAULT  # noqa: F401 (re-exported)
@@ -619,6 +621,9 @@ def run_bench(args, *, show_texts: bool) -> dict:
     if split_rows:
         print("\ntime per round (our engine):")
         print(markdown_table(split_rows, ["method", "draft", "verify", "other", "verify ms per row"]))
+    routes = describe_routes(costs_of(models.target).narrow_rows)
+    if routes:
+        print(f"\n{routes}")
     print(f"\ndistinct 4-grams in the autoregressive outputs: {report['autoregressive']['distinct_4gram_share']:.2f}")
     lossy = [[name, str(m["initial_mismatches"]), str(m["rescued_tokens"]), str(m["draft_forwards"])]
              for name, m in report.items() if m.get("rescued_tokens") or name.startswith("fly")]

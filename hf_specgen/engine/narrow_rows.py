@@ -106,3 +106,14 @@ def route_pays(run_plain, run_narrow, device: torch.device, passes: int = ROUTE_
     the fastest of each compared."""
     seconds = measure_verify_costs(lambda run: run(), (run_plain, run_narrow), device, budget=0.0, min_passes=passes)
     return seconds[run_narrow] < (1 - margin) * seconds[run_plain]
+
+
+def describe_routes(decided: dict[tuple[str, int], bool]) -> str | None:
+    """One line for a benchmark's report: which kinds of forward this process's calls timed (a target's
+    ``CostModel.narrow_rows``) and whether each took the narrow way; None where none was timed (bf16, a GPU, compiled
+    steps)."""
+    kinds = {1: "one-row steps as a batched product over the weights' halves",
+             2: f"verifies of 2-{NARROW_ROWS_MAX} rows as W @ x.T"}
+    parts = [f"{kinds[rows]} on {device}: {'taken (timed faster)' if taken else 'not taken (not 5% faster)'}"
+             for (device, rows), taken in sorted(decided.items())]
+    return "fp32 linears of few rows (engine/narrow_rows.py): " + "; ".join(parts) if parts else None

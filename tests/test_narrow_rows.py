@@ -156,10 +156,13 @@ def test_calls_time_only_the_kinds_of_forward_they_can_run(monkeypatch):
     assert set(costs_of(target).narrow_rows) == {("cpu", 1), ("cpu", 2)}
 
 
-def test_the_drafters_forwards_take_the_targets_routes(monkeypatch):
+@pytest.mark.parametrize("mode", ["eagle3", "classic"])
+def test_the_drafters_forwards_take_the_targets_routes(mode, monkeypatch):
+    """A drafter on the target's hidden states (EAGLE-3 here) runs its forwards of routed row counts the narrow way; a
+    separate draft LM (classic) keeps the library's, its sizes being its own."""
     use_random_widths(monkeypatch)
     target = make_target("qwen3", seed=11)
-    drafter = make_eagle3(target)
+    drafter = make_eagle3(target) if mode == "eagle3" else make_target("qwen3", seed=5, num_hidden_layers=1)
     costs_of(target).narrow_rows.update({("cpu", 1): True, ("cpu", 2): True})
     routed = []  # per call of one of the drafter's linears: whether the mode computed it
 
@@ -177,11 +180,11 @@ def test_the_drafters_forwards_take_the_targets_routes(monkeypatch):
     for routes_drafting in (False, True):
         monkeypatch.setattr(loop.SpeculativeDecoder, "routes_drafting", routes_drafting)
         routed.clear()
-        out = target.generate(prompt, assistant_model=drafter, speculative_mode="eagle3", max_new_tokens=24)
+        out = target.generate(prompt, assistant_model=drafter, speculative_mode=mode, max_new_tokens=24)
         assert out.tolist() == reference.tolist()
-        # the chain's steps (one row each) and its catching up on committed rows (1-4): routed when asked, and only
-        # then; the drafter's start over the prompt (9 rows) never
-        assert any(routed) == routes_drafting and not all(routed)
+        # EAGLE-3: the chain's steps (one row each) and its catching up on committed rows (1-4) routed when asked,
+        # and only then; the drafter's start over the prompt (9 rows) never
+        assert routed and any(routed) == (routes_drafting and mode == "eagle3") and not all(routed)
 
 
 def test_the_benchmarks_report_says_which_routes_were_taken():

@@ -112,8 +112,10 @@ def describe_routes(decided: dict[tuple[str, int], bool]) -> str | None:
     """One line for a benchmark's report: which kinds of forward this process's calls timed (a target's
     ``CostModel.narrow_rows``) and whether each took the narrow way; None where none was timed (bf16, a GPU, compiled
     steps)."""
-    kinds = {1: "one-row steps as a batched product over the weights' halves",
-             2: f"verifies of 2-{NARROW_ROWS_MAX} rows as W @ x.T"}
-    parts = [f"{kinds[rows]} on {device}: {'taken (timed faster)' if taken else 'not taken (not 5% faster)'}"
-             for (device, rows), taken in sorted(decided.items())]
+    def kind(rows: int) -> str:  # a kind of ROUTED_ROWS by its fewest rows
+        return ("one-row steps as a batched product over the weights' halves" if rows == 1
+                else f"verifies of {rows}-{NARROW_ROWS_MAX} rows as W @ x.T")
+
+    verdicts = ("not taken (not {:.0%} faster)".format(ROUTE_MARGIN), "taken (timed faster)")
+    parts = [f"{kind(rows)} on {device}: {verdicts[taken]}" for (device, rows), taken in sorted(decided.items())]
     return "fp32 linears of few rows (engine/narrow_rows.py): " + "; ".join(parts) if parts else None

@@ -18,8 +18,8 @@ def test_compare_prints_side_by_side(capsys):
     # The default DFlash call (adaptive width) beside stock; fixed widths only when --block-sizes asks for them.
     assert "| autoregressive " in out and "| dflash " in out and "dflash b16" not in out
     assert "[identical to autoregressive]" in out and "differs" not in out  # fp32: identical tokens
-    # fp32 on a CPU: the report says whether each kind of few-row forward took the narrow way (either verdict)
-    assert "fp32 linears of few rows (engine/narrow_rows.py): one-row steps as a batched product" in out
+    # fp32 on a CPU: the report says whether each kind of decoding forward took its way (either verdict)
+    assert "decoding linears (engine/narrow_rows.py): fp32 forwards of 1 row as a batched product" in out
 
 
 def test_bench_runs_every_method_and_writes_json_and_chart(tmp_path):

@@ -11,6 +11,7 @@ import torch
 from conftest import make_dflash, make_target, random_prompt
 
 from hf_specgen.engine import loop
+from hf_specgen.engine.narrow_rows import KINDS
 from hf_specgen.engine.support import engine_probe_reason
 from hf_specgen.engine.width_policy import costs_of
 
@@ -72,9 +73,9 @@ def _plain_decoding_against_stock(target, lengths=(5, 13, 37, 70)) -> tuple[bool
     """(whether the engine's plain decoding gave stock greedy's logits to the bit at every step of every call, whether
     each of its target forwards came with a mask of ours)."""
     rng, exact, masked = random.Random(3), True, []
-    # the library's product for a plain step's linears, as stock's (on a CPU in fp32 a step may run them another way
-    # where that was timed faster: tests/test_narrow_rows.py)
-    costs_of(target).narrow_rows[str(target.device), 1] = False
+    # the library's product for a plain step's linears, as stock's (on a CPU a step may run them another way where
+    # that was timed faster: tests/test_narrow_rows.py)
+    costs_of(target).narrow_rows.update({(str(target.device), kind.name): False for kind in KINDS})
     engine_probe_reason(target)  # the engine's one-off probe of the model runs before the hook
     handle = target.register_forward_pre_hook(
         lambda module, args, kwargs: masked.append(kwargs.get("attention_mask") is not None), with_kwargs=True)

@@ -32,8 +32,7 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 from .cache import CachePool, restore_states, set_cache_length, snapshot_states
 from .graphs import BUILDING_CALLS, CACHE_BUCKET, StepRunner, build_drafting_graphs, built_widths
 from .lookup import PromptLookup
-from .narrow_rows import NARROW_ROWS_MAX, ROUTED_ROWS, NarrowRowLinears, route_pays
-from .narrow_rows import applies as narrow_rows_apply
+from .narrow_rows import RoutedLinears, drop_packed, kinds_for, pack_linears, routable_linears, route_pays
 from .prefill import forward_overhead_tokens, prefill_groups, prefill_in_groups, prefills_in_groups
 from .session import DecodingSession
 from .stats import RoundClock, SpeculativeStats
@@ -225,9 +224,11 @@ class SpeculativeDecoder:
         self._hybrid_layers = hybrid_layer_indices(target)  # of those, the ones that keep K/V as well
         self._states_per_layer = states_per_recurrent_layer(target)
         self._tree_budgets: list[int] = []  # the width policy's tree budgets (set per call; empty: no tree policy)
-        # target forwards of these row counts (batch x width: plain steps, verifies) run their linears as narrow_rows
-        # does (set per call by _decide_narrow_rows; empty unless eager fp32 on a CPU where it was timed faster)
-        self._narrow_rows: frozenset[int] = frozenset()
+        # the target's eager decoding forwards (plain steps, verifies), and the drafter's in a round, run their linears
+        # of the kinds narrow_rows.py times on a CPU (set per call by _decide_narrow_rows; None where no kind was
+        # timed faster, and off a CPU or compiled)
+        self._routes: RoutedLinears | None = None
+        self._drafting_routes: RoutedLinears | None = None
         # A compiled decoder serves every later call on its target (graphs and caches reused): calls take turns.
         self._lock = threading.Lock()
 
@@ -246,20 +247,20 @@ class SpeculativeDecoder:
 
     def _verify_step(self, block_ids, positions, mask):
         # block_ids [B, W]; positions [B, W]; mask [B, 1, W, K] (K: the attended cache slots)
-        if self._narrow_rows and block_ids.numel() in self._narrow_rows:  # never in a compiled step: empty there
-            with NarrowRowLinears(self._narrow_rows):
+        if self._routes is not None:  # never in a compiled step: None there
+            with self._routes:  # (each linear takes the library's way for rows no kind taken holds)
                 return self._target_verify(block_ids, positions, mask)
         return self._target_verify(block_ids, positions, mask)
 
     def _drafting_linears(self):
         """The context of the drafter's forwards in a round (drafting, catching up on committed rows): a drafter on the
-        target's hidden states (DFlash, EAGLE-3, WhiFlash) runs its linears over as many rows as a routed target
-        forward's the same way (narrow_rows.py). Not timed apart: such a drafter has the target's hidden size and runs
-        the machine's same kernels (a one-layer EAGLE-3 chain step is one row; a DFlash round's lm_head reads its
-        drafted rows, 1 to 3 in a narrow round). A separate draft LM (classic, FLy) keeps the library's way: its sizes
-        are its own, and the route was timed on the target's."""
-        routes = self._narrow_rows and self.layer_ids and self.routes_drafting
-        return NarrowRowLinears(self._narrow_rows) if routes else nullcontext()
+        target's hidden states (DFlash, EAGLE-3, WhiFlash) runs its linears, and the target's it borrows (DFlash's
+        lm_head), by the kinds the target's forwards took (narrow_rows.py). Not timed apart: such a drafter has the
+        target's hidden size and runs the machine's same kernels (a one-layer EAGLE-3 chain step is one row; a DFlash
+        round's lm_head reads its drafted rows). A separate draft LM (classic, FLy) keeps the library's way: its
+        sizes are its own, and the kinds were timed on the target's."""
+        routes = self._drafting_routes if self.routes_drafting else None
+        return routes if routes is not None else nullcontext()
 
     def _target_verify(self, block_ids, positions, mask):
         out = self.target(
@@ -854,35 +855,55 @@ class SpeculativeDecoder:
         return run_verify, lambda: set_cache_length(self.cache, starts)
 
     def _decide_narrow_rows(self, session: DecodingSession, show, dtype: torch.dtype) -> None:
-        """Which of this call's target forwards run their linears the narrow way (narrow_rows.py): eager fp32 on a
-        CPU, each kind of ROUTED_ROWS (a one-row plain step; verifies of 2 to NARROW_ROWS_MAX rows, batch x width)
-        where a timing of both ways over this call's cache, once per process, target and device, found it faster
-        (kept on the target's cost model beside its tables)."""
-        self._narrow_rows = frozenset()
-        batch = session.batch_size
-        if batch > NARROW_ROWS_MAX or not narrow_rows_apply(session.device, dtype, bool(self.compile_steps)):
+        """Which kinds of narrow_rows.KINDS this call's eager target forwards take on a CPU (fp32: one-row steps over
+        the weights' halves, forwards of more rows over packed weights; bf16: packed weights): each kind the call's
+        forwards can run, timed both ways over this call's cache once per process, target, device and kind (the
+        verdicts kept on the target's cost model beside its tables), is taken where it was faster."""
+        self._routes = self._drafting_routes = None
+        kinds = kinds_for(session.device, dtype, bool(self.compile_steps))
+        if not kinds:
             return
-        # the rows a verify of this call may have: any width up to the widest where widths vary (the width policy, a
+        batch = session.batch_size
+        # the widths a verify of this call may have: any up to the widest where widths vary (the width policy, a
         # hybrid target's re-feed of the committed rows), else the fixed block; at this batch size or any it shrinks to
         widths = range(1, self._copy_width() + 1) if self.adaptive or self._state_layers else (self.width,)
         possible = {rows * w for rows in range(1, batch + 1) for w in widths}
+        linears = routable_linears(self.target)
         decided, device = costs_of(self.target).narrow_rows, str(session.device)
+        # packed weights where a packed kind is untimed or taken (False where the copies would not fit in memory:
+        # such kinds stay untimed and off this call)
+        packs = (any(k.way == "packed" and decided.get((device, k.name), True) for k in kinds)
+                 and pack_linears(linears, dtype))
+        kinds = tuple(k for k in kinds if k.way != "packed" or packs)
         timing = None  # (run_verify, finish), once something is timed
-        for routed in ROUTED_ROWS:
-            # a verify width whose rows at this batch size are of this kind (none: a batch of 4 about a one-row step)
-            timed_width = next((w for w in range(1, NARROW_ROWS_MAX + 1) if batch * w in routed), None)
-            if (device, min(routed)) in decided or not routed & possible or timed_width is None:
-                continue  # (a fixed block of 8; one-row steps in a batch of 4, untimed until a call of one prompt)
+        for kind in kinds:
+            # the narrowest verify width whose rows at this batch size are of this kind (none: a batch of 4 about a
+            # one-row step, untimed until a call of one prompt)
+            timed_width = next((w for w in sorted(widths) if kind.holds(batch * w, dtype)), None)
+            if ((device, kind.name) in decided or timed_width is None
+                    or not any(kind.holds(rows, dtype) for rows in possible)):
+                continue
             timing = timing or self._timing_verify(session, show)
+            routed = RoutedLinears(linears, (kind,))
 
-            def run(route: frozenset, run_verify=timing[0], width=timed_width) -> None:
-                self._narrow_rows = route
+            def run(routes: RoutedLinears | None, run_verify=timing[0], width=timed_width) -> None:
+                self._routes = routes
                 run_verify(width)
 
-            decided[device, min(routed)] = route_pays(lambda: run(frozenset()), lambda: run(routed), session.device)
+            decided[device, kind.name] = route_pays(lambda: run(None), lambda: run(routed), session.device)
         if timing is not None:
             timing[1]()
-        self._narrow_rows = frozenset().union(*(r for r in ROUTED_ROWS if decided.get((device, min(r)))))
+        taken = tuple(k for k in kinds if decided.get((device, k.name)))
+        if packs and not any(k.way == "packed" for k in taken):
+            drop_packed(linears)  # timed slower here: no copies kept for nothing
+        self._routes = RoutedLinears(linears, taken) if taken else None
+        if taken and self.layer_ids:  # a drafter on the target's hidden states: its linears and the target's
+            drafters = [getattr(p, "drafter", None)
+                        for p in (self.proposer, *getattr(self.proposer, "proposers", {}).values())]
+            drafting = routable_linears(self.target, *drafters)
+            if packs:
+                pack_linears(drafting, dtype)  # (a drafter's linear left unpacked keeps the library's way)
+            self._drafting_routes = RoutedLinears(drafting, taken)
 
     def _drop_finished_rows(self, session: DecodingSession, finished_rows: "FinishedRows", active_rows: list[int]):
         """Keep the session's (and its caches') and the proposer's ``active_rows`` only; the others' tokens go to

@@ -1,66 +1,80 @@
-"""Linear layers over a few rows on a CPU in fp32: plain steps and verifies of 2-4 tokens faster than the library's.
+"""The linears of eager decoding forwards on a CPU, computed faster than the library's ``F.linear`` where timed so.
 
-A CPU's BLAS computes ``x @ W.T`` for a single row as a matrix-vector product, but for 2-16 rows it runs a general
-matrix product that repacks the large operand, the weight, on every call. On SmolLM2-135M in fp32 (one thread of a
-2-core AMD EPYC with AVX512-BF16, transformers' eager forward over a 200-token cache) a forward of 1 token took 41
-ms, of 2 tokens 75 ms and of 4 tokens 65 ms, the linears' share of it 34, 61 and 52 ms; the same rows as ``W @ x.T``
-(the few rows are then the small operand) took 47 and 50 ms, and with 2 threads 33 and 34 ms, where the
-single-token forward stays at 40 (docs/benchmarks/narrow_rows/forward_rows_2026-11-28.txt, docs/width-policy.md).
-The width policy prices every width by what it measures, so cheaper narrow verifies make rounds of 2-4 tokens pay
-where they did not. In bf16 the library's kernels already handle few rows well (the engine's bf16 verify of 2 rows
-cost 1.05 plain steps there): fp32 only. Not measured on a CPU with AVX2 only, which is why the engine times both
-ways before it takes this one.
+Decoding forwards are few rows (a plain step: batch rows; a verify: batch x width), so their linears read every weight
+to multiply it by a handful of rows: their speed is how fast the kernel streams the weight. On a 2-core AMD EPYC with
+AVX512-BF16 the library's kernels stream it slowly for such shapes (docs/width-policy.md, "Packed weights: every
+decoding forward on a CPU"; docs/benchmarks/narrow_rows/forward_rows.txt):
 
-The single row has a slow kernel of its own there: MKL's matrix-vector product, on one thread only. The same
-library's batched matrix product over the weight's two halves (its output rows split in two, one column each) ran a
-one-token forward's linears in 21 ms where the library's way took 34, and in 13 ms with two threads; the forward took
-34 and 25 ms against 42 and 41 (docs/benchmarks/narrow_rows/forward_rows.txt). So one row runs as that batched
-product (``halves_linear``), on the same terms: timed first, taken only where it pays.
+- **one row in fp32**: MKL's matrix-vector product read SmolLM2's weights at half the speed of its batched matrix
+  product over the same weight cut into two halves of output rows, and on one thread where two were set. So one row
+  runs as that batched product (``halves_linear``): a one-token forward of SmolLM2 took 28 ms instead of 43 (one
+  thread).
+- **2 rows or more in fp32, any rows in bf16**: the library's product reorders the weight into oneDNN's blocked layout
+  on every call. ``torch.ops.mkldnn._reorder_linear_weight`` does that once (what inductor's freezing pass does for
+  compiled CPU graphs) and ``torch.ops.mkldnn._linear_pointwise`` multiplies by the packed copy: a 16-token fp32
+  forward of SmolLM2 took 63 ms instead of 100 and a one-token bf16 forward 23 ms instead of 33 (one thread). In
+  bf16 the packed product gave the library's results to the bit on that CPU (the same oneDNN kernel without the
+  reorder); in fp32 it sums in another order (the logits 6e-5 off on SmolLM2). The packed copies double the memory
+  of the linears' weights: packing is skipped where that would take more than ``PACK_MEMORY_SHARE`` of the memory
+  available.
 
-``NarrowRowLinears`` is a torch function mode: while it is active, ``F.linear`` over one row of fp32 CPU tensors runs
-as ``halves_linear`` and over 2 to ``NARROW_ROWS_MAX`` rows as ``(W @ x.T).T``; every other call is untouched. The
-engine enables it around the target's eager forwards of those row counts (plain steps, verifies) once a timing on the
-call's own cache shows each way faster on this machine (``route_pays``; ``SpeculativeDecoder._decide_narrow_rows``),
-and around the drafter's forwards in a round for the same row counts (``SpeculativeDecoder._drafting_linears``).
-It changes the order of fp32 additions, as any verify of several rows already does against stock's single-row steps:
-the logits are stock's within fp32 rounding rather than to the bit, and tests check lossless calls still give stock's
-tokens.
-"""
+Each kind (``KINDS``) is taken only in eager forwards on a CPU, and only where a timing of both ways over the first
+call's own cache found it ``ROUTE_MARGIN`` faster (``route_pays``; ``SpeculativeDecoder._decide_narrow_rows``), once
+per process, target, device and kind, so a CPU whose library kernels are fast keeps them. ``RoutedLinears`` swaps the
+forwards of a model's ``nn.Linear`` modules for the kinds taken while it is entered (around the engine's decoding
+forwards of the target, and the drafter's forwards in a round): a torch function mode would see every torch
+call of the forward, which cost 5-6 ms a forward on SmolLM2. The packed copies are kept beside their modules and
+made again when a weight changes (its storage or version)."""
 
 from __future__ import annotations
 
+import os
+import weakref
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
-from torch.overrides import TorchFunctionMode
 
 from .width_policy import measure_verify_costs
 
-NARROW_ROWS_MAX = 4  # from 8 rows on the library's product was as fast or faster (8 rows, one thread: 74.9 / 80.4 ms)
-# the kinds of forward timed and taken each on its own (a plain step of one row; verifies of a few rows), named in
-# the target's cost model by their fewest rows
-ROUTED_ROWS = (frozenset({1}), frozenset(range(2, NARROW_ROWS_MAX + 1)))
-ROUTE_MARGIN = 0.05  # the route must save this share of a forward to be taken (timing noise)
-ROUTE_PASSES = 2  # timed passes of each route, alternating, the fastest of each compared (0.3-0.4 s on SmolLM2)
+ROUTE_MARGIN = 0.05  # a kind must save this share of a forward to be taken (timing noise)
+ROUTE_PASSES = 2  # timed passes of each way, alternating, the fastest of each compared (0.2-0.4 s on SmolLM2)
+PACK_MEMORY_SHARE = 0.25  # the packed copies may take at most this share of the memory available when packing
 
 
-def applies(device: torch.device, dtype: torch.dtype, compiled: bool) -> bool:
-    """Whether the route may be used: eager fp32 forwards on a CPU (compiled steps use inductor's own kernels)."""
-    return device.type == "cpu" and dtype == torch.float32 and not compiled
+@dataclass(frozen=True)
+class RouteKind:
+    """Forwards whose linears have ``fewest`` to ``most`` rows (None: any more) in ``dtype``, computed ``way``
+    ("halves": ``halves_linear``; "packed": oneDNN's product over a packed copy of the weight)."""
+
+    dtype: torch.dtype
+    fewest: int
+    most: int | None
+    way: str
+
+    def holds(self, rows: int, dtype: torch.dtype) -> bool:
+        return dtype == self.dtype and self.fewest <= rows and (self.most is None or rows <= self.most)
+
+    @property
+    def name(self) -> str:
+        """The kind's key in a target's ``CostModel.narrow_rows`` and its words in a report."""
+        dtype = {torch.float32: "fp32", torch.bfloat16: "bf16"}[self.dtype]
+        rows = (f"{self.fewest} row" if self.most == self.fewest else f"{self.fewest}+ rows")
+        how = ("a batched product over the weights' halves" if self.way == "halves"
+               else "oneDNN's product over packed weights")
+        return f"{dtype} forwards of {rows} as {how}"
 
 
-def narrow_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear(x, weight, bias)``; x [..., K] of 1 to NARROW_ROWS_MAX rows in all, weight [N, K] (fp32 CPU
-    tensors): one row as ``halves_linear``, more as ``(weight @ x.T).T`` [..., N]; anything else through
-    ``F.linear``."""
-    rows = x.numel() // max(x.shape[-1], 1)
-    if not (1 <= rows <= NARROW_ROWS_MAX and x.dtype == weight.dtype == torch.float32 and x.device.type == "cpu"
-            and weight.device.type == "cpu" and weight.dim() == 2 and weight.layout == torch.strided):
-        return F.linear(x, weight, bias)
-    if rows == 1:
-        return halves_linear(x, weight, bias)
-    # [N, K] @ [K, rows] -> [N, rows] -> [rows, N], made contiguous: the next layer reads it row by row
-    out = torch.mm(weight, x.reshape(rows, x.shape[-1]).t()).t().contiguous().view(*x.shape[:-1], weight.shape[0])
-    return out if bias is None else out + bias
+KINDS = (RouteKind(torch.float32, 1, 1, "halves"), RouteKind(torch.float32, 2, None, "packed"),
+         RouteKind(torch.bfloat16, 1, None, "packed"))
+
+
+def kinds_for(device: torch.device, dtype: torch.dtype, compiled: bool) -> tuple[RouteKind, ...]:
+    """The kinds that may be used: eager forwards on a CPU (compiled steps use inductor's own kernels) in their
+    dtype; the packed ones only where torch has oneDNN."""
+    if device.type != "cpu" or compiled:
+        return ()
+    return tuple(k for k in KINDS if k.dtype == dtype and (k.way != "packed" or torch.backends.mkldnn.is_available()))
 
 
 def halves_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -78,44 +92,136 @@ def halves_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     return out if bias is None else out + bias
 
 
-class NarrowRowLinears(TorchFunctionMode):
-    """While active (``with NarrowRowLinears(rows):``), ``F.linear`` over a count of rows in ``rows`` (default: 1 to
-    NARROW_ROWS_MAX) runs as ``narrow_linear``, any other as the library's. ``calls`` counts the linears it routed (so
-    tests can tell that a forward went through it)."""
+def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` for x [..., K] with ``packed`` = ``pack_weight(weight)``: [..., N]."""
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
+def pack_weight(weight: torch.Tensor) -> torch.Tensor:
+    """A copy of weight [N, K] in oneDNN's layout for its linear (an opaque tensor ``packed_linear`` reads)."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 1)
+
+
+# nn.Linear -> (its weight packed, the weight's data_ptr and version when packed)
+_PACKED: "weakref.WeakKeyDictionary[torch.nn.Module, tuple[torch.Tensor, int, int]]" = weakref.WeakKeyDictionary()
+
+
+def routable_linears(*models) -> list[torch.nn.Linear]:
+    """The ``nn.Linear`` modules of ``models`` (None skipped, each once) whose forwards may be swapped: plain linears
+    (not subclasses, such as quantized ones) with a 2-D strided weight on a CPU, and no forward of their own
+    already set on the instance (an accelerate hook's wrapper)."""
+    found, seen = [], set()
+    for model in models:
+        for module in (model.modules() if isinstance(model, torch.nn.Module) else ()):
+            weight = getattr(module, "weight", None)
+            if (type(module) is torch.nn.Linear and id(module) not in seen and "forward" not in module.__dict__
+                    and weight is not None and weight.dim() == 2 and weight.layout == torch.strided
+                    and weight.device.type == "cpu"):
+                seen.add(id(module))
+                found.append(module)
+    return found
+
+
+def _available_memory() -> int | None:
+    """Bytes of memory available now (None where this platform does not say)."""
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        try:
+            import psutil
+        except ImportError:
+            return None
+        return int(psutil.virtual_memory().available)
+
+
+def _is_fresh(module: torch.nn.Linear) -> bool:
+    entry = _PACKED.get(module)
+    return entry is not None and entry[1:] == (module.weight.data_ptr(), module.weight._version)
+
+
+def pack_linears(linears: list[torch.nn.Linear], dtype: torch.dtype) -> bool:
+    """Pack the weights of ``linears`` in ``dtype`` that have no fresh packed copy (none made yet, or the weight has
+    changed since); False, packing nothing, where torch cannot or the copies would take more than
+    ``PACK_MEMORY_SHARE`` of the memory available."""
+    stale = [m for m in linears if m.weight.dtype == dtype and not _is_fresh(m)]
+    if not stale:
+        return True
+    available = _available_memory()
+    needed = sum(m.weight.numel() * m.weight.element_size() for m in stale)
+    if available is None or needed > PACK_MEMORY_SHARE * available:
+        return False
+    try:
+        for module in stale:
+            _PACKED[module] = (pack_weight(module.weight), module.weight.data_ptr(), module.weight._version)
+    except (RuntimeError, AttributeError, NotImplementedError):  # a torch without oneDNN's linear ops
+        return False
+    return True
+
+
+def drop_packed(linears: list[torch.nn.Linear]) -> None:
+    """Free the packed copies of ``linears``' weights."""
+    for module in linears:
+        _PACKED.pop(module, None)
+
+
+class RoutedLinears:
+    """While entered (``with routes:``), each of ``linears`` computes its forwards of a row count and dtype some kind of
+    ``kinds`` holds that kind's way, any other as the library's ``F.linear``. The packed kinds need
+    ``pack_linears(linears, dtype)`` first (a linear without a fresh packed copy then keeps the library's way). The
+    forwards are made once, here (a call's worth: the weights do not change within a call); entering and leaving set
+    and drop them in the modules' ``__dict__`` (0.05 ms for SmolLM2's 211 linears, where ``setattr`` on a module
+    would take about 1). ``calls`` counts the linears it routed (so tests can tell that a forward went through it)."""
 
     calls = 0
 
-    def __init__(self, rows: frozenset[int] = frozenset(range(1, NARROW_ROWS_MAX + 1))):
-        super().__init__()
-        self.rows = rows
+    def __init__(self, linears: list[torch.nn.Linear], kinds: tuple[RouteKind, ...]):
+        self.kinds = kinds
+        self._forwards = [(module.__dict__, _routed_forward(module, kinds, _PACKED[module][0] if _is_fresh(module)
+                                                            else None)) for module in linears]
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is F.linear:  # the mode is off inside this method, so F.linear below is the library's
-            x = args[0] if args else kwargs["input"]
-            if x.numel() // max(x.shape[-1], 1) in self.rows:
-                NarrowRowLinears.calls += 1
-                return narrow_linear(*args, **kwargs)
-        return func(*args, **kwargs)
+    def __enter__(self) -> "RoutedLinears":
+        for attributes, forward in self._forwards:
+            attributes["forward"] = forward  # found before the class's forward
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for attributes, _ in self._forwards:
+            attributes.pop("forward", None)  # the class's forward again
 
 
-def route_pays(run_plain, run_narrow, device: torch.device, passes: int = ROUTE_PASSES,
+def _routed_forward(module: torch.nn.Linear, kinds: tuple[RouteKind, ...], packed: torch.Tensor | None):
+    weight, bias = module.weight, module.bias
+
+    def forward(x: torch.Tensor) -> torch.Tensor:  # x [..., K] -> [..., N]
+        rows = x.numel() // max(x.shape[-1], 1)
+        for kind in kinds:
+            if kind.holds(rows, x.dtype) and weight.dtype == x.dtype:
+                if kind.way == "halves":
+                    RoutedLinears.calls += 1
+                    return halves_linear(x, weight, bias)
+                if packed is not None:
+                    RoutedLinears.calls += 1
+                    return packed_linear(x, packed, bias)
+        return F.linear(x, weight, bias)
+
+    return forward
+
+
+def route_pays(run_plain, run_routed, device: torch.device, passes: int = ROUTE_PASSES,
                margin: float = ROUTE_MARGIN) -> bool:
-    """Whether ``run_narrow()`` is faster than ``run_plain()`` by at least ``margin``, timed as the width policy times
+    """Whether ``run_routed()`` is faster than ``run_plain()`` by at least ``margin``, timed as the width policy times
     its verifies (``measure_verify_costs``): one untimed call of each, then ``passes`` timed calls of each in turns,
     the fastest of each compared."""
-    seconds = measure_verify_costs(lambda run: run(), (run_plain, run_narrow), device, budget=0.0, min_passes=passes)
-    return seconds[run_narrow] < (1 - margin) * seconds[run_plain]
+    seconds = measure_verify_costs(lambda run: run(), (run_plain, run_routed), device, budget=0.0, min_passes=passes)
+    return seconds[run_routed] < (1 - margin) * seconds[run_plain]
 
 
-def describe_routes(decided: dict[tuple[str, int], bool]) -> str | None:
+def describe_routes(decided: dict[tuple[str, str], bool]) -> str | None:
     """One line for a benchmark's report: which kinds of forward this process's calls timed (a target's
-    ``CostModel.narrow_rows``) and whether each took the narrow way; None where none was timed (bf16, a GPU, compiled
-    steps)."""
-    def kind(rows: int) -> str:  # a kind of ROUTED_ROWS by its fewest rows
-        return ("one-row steps as a batched product over the weights' halves" if rows == 1
-                else f"verifies of {rows}-{NARROW_ROWS_MAX} rows as W @ x.T")
-
+    ``CostModel.narrow_rows``, by (device, kind name)) and whether each was taken; None where none was timed (a GPU,
+    compiled steps)."""
     verdicts = ("not taken (not {:.0%} faster)".format(ROUTE_MARGIN), "taken (timed faster)")
-    parts = [f"{kind(rows)} on {device}: {verdicts[taken]}" for (device, rows), taken in sorted(decided.items())]
-    return "fp32 linears of few rows (engine/narrow_rows.py): " + "; ".join(parts) if parts else None
+    order = {kind.name: i for i, kind in enumerate(KINDS)}
+    parts = [f"{name} on {device}: {verdicts[taken]}"
+             for (device, name), taken in sorted(decided.items(), key=lambda item: (item[0][0], order[item[0][1]]))]
+    return "decoding linears (engine/narrow_rows.py): " + "; ".join(parts) if parts else None

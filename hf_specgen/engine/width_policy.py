@@ -200,10 +200,11 @@ class CostModel:
 
     def __init__(self, tables: dict[str, CostTable] | None = None):
         self.tables = tables or {}
-        # by (device, fewest rows of a kind of forward in narrow_rows.ROUTED_ROWS): whether its eager fp32 forwards of
-        # that kind (a one-row plain step, verifies of 2-4 rows) run faster the narrow way (engine/narrow_rows.py);
+        # by (device, name of a kind in narrow_rows.KINDS): whether the target's eager forwards of that kind (fp32
+        # one-row steps over the weights' halves; fp32 or bf16 forwards over packed weights) run faster
+        # (engine/narrow_rows.py);
         # timed by the first such call of each process, not saved (the tables' costs were timed either way)
-        self.narrow_rows: dict[tuple[str, int], bool] = {}
+        self.narrow_rows: dict[tuple[str, str], bool] = {}
 
     def table(self, key: str) -> CostTable:
         return self.tables.setdefault(key, CostTable())

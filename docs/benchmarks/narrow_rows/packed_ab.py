@@ -1,19 +1,19 @@
-"""The default calls on the real target in fp32 with plain steps and verifies of a few rows computed the narrow way
-(hf_specgen/engine/narrow_rows.py) or the library's way, against stock `generate`, in one process.
+"""The default calls on the real target with their decoding forwards' linears computed the ways of
+hf_specgen/engine/narrow_rows.py or the library's way, against stock `generate` in the same dtype, in one process.
 
-One copy of the target per variant, each with its own cost model: "off" is told neither kind of the route pays
-before its first call, "few" that one-row plain steps do not (verifies of 2-4 rows timed as any call does: the route
-as of 2026-11-28), "target" and "on" time both kinds as any call does, "target" keeping the drafters' forwards on the
-library's way (SpeculativeDecoder.routes_drafting off during its calls); and per variant its own drafters (each
-carries its own acceptance estimates). One prompt of each category (HumanEval, then Spec-Bench's), 96 new tokens,
-greedy; for each prompt every call once to warm up, then REPEATS passes in which stock and each mode's variants take
-turns; prints per category and mode the median speed of the whole call over stock's and whether the text equals
-stock's (fp32: it must).
+One copy of the target per variant, each with its own cost model: "off" is told no kind pays before its first call,
+"halves" that only fp32 one-row steps over the weights' halves may (the packed kind told it does not), "target" and
+"on" time every kind of the dtype as any call does, "target" keeping the drafters' forwards on the library's way
+(SpeculativeDecoder.routes_drafting off during its calls); and per variant its own drafters (each carries its own
+acceptance estimates). One prompt of each category (HumanEval, then Spec-Bench's), 96 new tokens, greedy; for each
+prompt every call once to warm up, then REPEATS passes in which stock and each mode's variants take turns; prints per
+category and mode the median speed of the whole call over stock's and whether the text equals stock's (fp32: it
+must; bf16 texts may part at a near-tie).
 
-    python docs/benchmarks/narrow_rows/narrow_ab.py THREADS REPEATS [MODES] [BATCH] [VARIANTS]
+    python docs/benchmarks/narrow_rows/packed_ab.py THREADS REPEATS [MODES] [BATCH] [VARIANTS] [DTYPE]
     # MODES: a comma list of dflash, eagle3, whiflash, autoregressive (the engine's plain steps); BATCH (default 1):
     # that many prompts of each category in one left-padded batch, against stock batched generate; VARIANTS: a comma
-    # list of off, few, target, on (default off,on)
+    # list of off, halves, target, on (default off,on); DTYPE: fp32 (default) or bf16
 """
 
 import statistics
@@ -26,6 +26,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 import hf_specgen
 from hf_specgen.bench.prompt_sets import pick_prompts
 from hf_specgen.engine.loop import SpeculativeDecoder
+from hf_specgen.engine.narrow_rows import KINDS
 from hf_specgen.engine.width_policy import costs_of
 from hf_specgen.targets import resolve_target
 
@@ -38,18 +39,20 @@ def main() -> None:
     modes = sys.argv[3].split(",") if len(sys.argv) > 3 else ["dflash", "eagle3", "whiflash"]
     batch = int(sys.argv[4]) if len(sys.argv) > 4 else 1
     variants = sys.argv[5].split(",") if len(sys.argv) > 5 else ["off", "on"]
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[sys.argv[6] if len(sys.argv) > 6 else "fp32"]
     torch.set_num_threads(threads)
     path = resolve_target("smollm2-135m-instruct")
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
-    targets = {v: hf_specgen.enable(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval())
+    targets = {v: hf_specgen.enable(AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval())
                for v in variants}
-    told = {"off": {("cpu", 1): False, ("cpu", 2): False}, "few": {("cpu", 1): False}, "target": {}, "on": {}}
+    told = {"off": {("cpu", k.name): False for k in KINDS},
+            "halves": {("cpu", k.name): False for k in KINDS if k.way == "packed"}, "target": {}, "on": {}}
     for variant, target in targets.items():
         costs_of(target).narrow_rows.update(told[variant])
     stock_target = targets[variants[0]]
-    drafters = {(m, v): FOLDERS[m] and hf_specgen.load_drafter(FOLDERS[m], dtype=torch.float32)
+    drafters = {(m, v): FOLDERS[m] and hf_specgen.load_drafter(FOLDERS[m], dtype=dtype)
                 for m in modes for v in targets}
-    print(f"{threads} thread(s), fp32, batch {batch}, {repeats} passes; speed over stock generate (median), same text"
+    print(f"{threads} thread(s), {sys.argv[6] if len(sys.argv) > 6 else 'fp32'}, batch {batch}, {repeats} passes; speed over stock generate (median), same text"
           " as stock")
     print(f"{'category':15s} " + " ".join(f"{m[:9] + ' ' + v:>16s}" for m in modes for v in targets))
     ratios = {key: [] for key in drafters}

@@ -4,7 +4,7 @@ first prompt of each named category, 96 new tokens: every call once to warm up, 
 
     python docs/benchmarks/main_command_avx2/plain_ab.py THREADS REPEATS mt_bench,humaneval
 """
-import statistics, sys, time, torch
+import statistics, sys, torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 import hf_specgen
 from hf_specgen.bench.harness import time_in_turns

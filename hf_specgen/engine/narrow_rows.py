@@ -169,8 +169,8 @@ class RoutedLinears:
     ``kinds`` holds that kind's way, any other as the library's ``F.linear``. The packed kinds need
     ``pack_linears(linears, dtype)`` first (a linear without a fresh packed copy then keeps the library's way). The
     forwards are made once, here (a call's worth: the weights do not change within a call); entering and leaving set
-    and drop them in the modules' ``__dict__`` (0.05 ms for SmolLM2's 211 linears, where ``setattr`` on a module
-    would take about 1). ``calls`` counts the linears it routed (so tests can tell that a forward went through it)."""
+    and drop them in the modules' ``__dict__`` (0.01 ms for SmolLM2's 211 linears, where ``setattr`` and ``delattr``
+    on each module took 0.27 ms). ``calls`` counts the linears it routed (so tests can tell that a forward went through it)."""
 
     calls = 0
 

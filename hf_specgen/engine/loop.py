@@ -861,15 +861,15 @@ class SpeculativeDecoder:
         verdicts kept on the target's cost model beside its tables), is taken where it was faster."""
         self._routes = self._drafting_routes = None
         kinds = kinds_for(session.device, dtype, bool(self.compile_steps))
-        if not kinds:
-            return
+        decided, device = costs_of(self.target).narrow_rows, str(session.device)
+        if all(decided.get((device, k.name)) is False for k in kinds):
+            return  # no kind here (a GPU, compiled steps), or each timed slower: no module walk nor packing check
         batch = session.batch_size
         # the widths a verify of this call may have: any up to the widest where widths vary (the width policy, a
         # hybrid target's re-feed of the committed rows), else the fixed block; at this batch size or any it shrinks to
         widths = range(1, self._copy_width() + 1) if self.adaptive or self._state_layers else (self.width,)
         possible = {rows * w for rows in range(1, batch + 1) for w in widths}
         linears = routable_linears(self.target)
-        decided, device = costs_of(self.target).narrow_rows, str(session.device)
         # packed weights where a packed kind is untimed or taken (False where the copies would not fit in memory:
         # such kinds stay untimed and off this call)
         packs = (any(k.way == "packed" and decided.get((device, k.name), True) for k in kinds)

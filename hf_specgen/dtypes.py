@@ -16,6 +16,37 @@ def cpu_runs_bf16_fast() -> bool:
     return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
 
 
+def machine_description(device: str = "cpu") -> str:
+    """The kind of machine a measurement ran on, as tables and cards name it: "2-core AMD EPYC with AVX512-BF16",
+    "8-core Intel Xeon without bf16 units (AVX2)", or the accelerator's name. Speed ratios differ several-fold between
+    CPUs with and without bf16 units, so a figure without this line cannot be compared."""
+    import os
+    import platform
+
+    import torch
+
+    device = str(device)
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return torch.cuda.get_device_name(torch.device(device))
+    if not device.startswith("cpu"):
+        return device
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    name = ""
+    try:
+        with open("/proc/cpuinfo") as info:
+            name = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), "")
+    except OSError:  # not Linux
+        pass
+    name = " ".join(name.split()) or platform.processor() or "CPU"
+    if getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)():
+        units = "with AMX"
+    elif getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)():
+        units = "with AVX512-BF16"
+    else:
+        units = f"without bf16 units ({torch.backends.cpu.get_cpu_capability()})"
+    return f"{cores}-core {name} {units}"
+
+
 def preferred_dtype(device: str) -> str:
     """``"bf16"`` on an accelerator or a CPU with bf16 units, else ``"fp32"``: the faster exact-enough choice for a
     real target (``--dtype auto`` in bench/compare, and the Space)."""

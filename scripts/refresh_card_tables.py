@@ -2,8 +2,9 @@
 
 `scripts/build_smollm2.sh` writes the cards from its run folder (training logs, commands, benchmark). When only the
 engine changed, a new `specgen bench` run is all there is to redo: this replaces each card's table (from its
-"bf16 on a 2-core CPU" line through the command block after it) with the same table built from the new results, and
-copies the results and plot into docs/benchmarks/smollm2/ (whose commands.txt then names this run's command).
+"bf16 on a <machine>, greedy, prefill excluded" line through the command block after it) with the same table built
+from the new results, and copies the results and plot into docs/benchmarks/smollm2/ (whose commands.txt then names
+this run's command).
 
     python scripts/refresh_card_tables.py BENCH_OUT_DIR "specgen bench ... (the command that made it)"
 """
@@ -23,7 +24,7 @@ CARDS = {  # card folder -> the methods its table shows (as export_real writes t
     "smollm2-135m-instruct-eagle3": ("eagle3",),
     "smollm2-135m-instruct-whiflash": ("whiflash", "eagle3", "dflash"),
 }
-TABLE = re.compile(r"^\S+ on a 2-core CPU, greedy, prefill excluded.*?\n```\n.*?\n```", re.S | re.M)
+TABLE = re.compile(r"^\S+ on a [^\n]*?, greedy, prefill excluded.*?\n```\n.*?\n```", re.S | re.M)
 
 
 def main(bench_dir: str, command: str) -> None:

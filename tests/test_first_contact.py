@@ -198,6 +198,29 @@ def test_auto_dtype_follows_the_cpu_and_bf16_on_an_emulating_cpu_warns_once(monk
     assert sum("no bf16 units" in str(w.message) for w in record) == 1
 
 
+def test_measured_tables_name_the_machine_kind_they_ran_on(monkeypatch):
+    """A speed ratio on a CPU with bf16 units and one on a CPU without them differ several-fold: the bench records the
+    machine (CPU model, cores, bf16 units or the ISA it has instead) and every card table built from it names it."""
+    from hf_specgen.training.export import bench_table
+
+    for amx, avx512_bf16, kind in ((True, True, "with AMX"), (False, True, "with AVX512-BF16"),
+                                   (False, False, f"without bf16 units ({torch.backends.cpu.get_cpu_capability()})")):
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda amx=amx: amx, raising=False)
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda fast=avx512_bf16: fast, raising=False)
+        machine = dtypes.machine_description("cpu")
+        assert re.fullmatch(rf"\d+-core \S.* {re.escape(kind)}", machine), machine
+    bench = {"machine": machine, "settings": {"threads": 1, "dtype": "fp32"},
+             "methods": {"autoregressive": {"by_category": {"all": {"decode_tokens_per_second": 20.0,
+                                                                     "speedup": 1.0}}}}}
+    table = bench_table(bench, ("dflash",))
+    assert table.startswith(f"fp32 on a {machine}, 1 torch thread, greedy")
+    # the card refresher finds tables written before and after the machine was recorded
+    refresh = (ROOT / "scripts" / "refresh_card_tables.py").read_text()
+    pattern = re.compile(re.search(r'TABLE = re.compile\(r"(.*?)", re.S \| re.M\)', refresh).group(1), re.S | re.M)
+    for line in (table, table.replace(f"on a {machine}, 1 torch thread", "on a 2-core CPU")):
+        assert pattern.fullmatch(line)
+
+
 def test_our_own_calls_raise_no_deprecation_warnings_on_the_installed_transformers():
     """Every mode, and the Hub drafter's spec_generate, pass the cache under the keyword the installed transformers
     takes (`cache` where it renamed `past_key_values`): no FutureWarning from our side."""

@@ -144,6 +144,7 @@ def test_cards_have_hub_metadata_a_measured_table_and_a_command(folder):
     assert meta["base_model"] == "HuggingFaceTB/SmolLM2-135M-Instruct" and meta["pipeline_tag"] == "text-generation"
     assert "hf_specgen" in meta["tags"]
     assert re.search(r"\| autoregressive \| \w+ \| [\d.]+ \| 1\.00x \|", card.text)  # the measured table
+    assert re.search(r"on a \d+-core .+ with(out)? \S+[^,]*, \d+ torch threads?, greedy", card.text)  # and its machine
     assert "specgen bench --target smollm2-135m-instruct" in card.text
     size = sum(f.stat().st_size for f in (HUB / folder).iterdir())
     assert size < 60 * 2**20

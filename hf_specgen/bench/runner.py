@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from ..config import DEFAULT_NUM_DRAFT_TOKENS
+from ..dtypes import machine_description
 from ..engine.graphs import CACHE_BUCKET, allow_a_graph_per_decoder
 from ..engine.narrow_rows import describe_routes
 from ..engine.width_policy import costs_of
@@ -546,10 +547,11 @@ def describe_run(models, args) -> str:
     """The first lines of bench / compare: what runs, where, in which dtype, and on which kind of CPU."""
     from ..dtypes import cpu_runs_bf16_fast
 
-    cpu = ("bf16 units (AVX512-BF16 or AMX)" if cpu_runs_bf16_fast()
-           else "no bf16 units (AVX2 or older: bf16 is emulated, fp32 is the fast choice)")
-    lines = [f"target: {models.names.get('target')} | dtype: {args.dtype} | device: {args.device} | CPU: {cpu} | "
-             f"torch threads: {torch.get_num_threads()}"]
+    machine = machine_description(args.device)
+    if str(args.device).startswith("cpu") and not cpu_runs_bf16_fast():
+        machine += ": bf16 is emulated, fp32 is the fast choice"
+    lines = [f"target: {models.names.get('target')} | dtype: {args.dtype} | device: {args.device} | "
+             f"machine: {machine} | torch threads: {torch.get_num_threads()}"]
     if getattr(args, "command", None) == "compare":
         lines.append("Each method runs its default call: every round verifies the width that pays (WhiFlash: with "
                      "the drafter that pays), from the target's measured costs and the drafter's running "
@@ -632,7 +634,8 @@ def run_bench(args, *, show_texts: bool) -> dict:
         print(markdown_table(lossy, ["method", "draft tokens refused by the target", "rescued by FLy",
                                      "draft forwards"]))
     full = {"settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "handler"},
-            "models": models.names, "synthetic": models.synthetic, "methods": report, "oracles": hindsight,
+            "models": models.names, "machine": machine_description(args.device), "synthetic": models.synthetic,
+            "methods": report, "oracles": hindsight,
             "memory_mb": memory_report(models), "unreliable": notes}
     if models.dflash is not None and not show_texts:
         full["tap_cost"] = tap_cost(models.target, models.dflash.target_layer_ids, max(args.block_sizes))
@@ -659,7 +662,7 @@ def run_batch_bench(args) -> dict:
         curve = run_batch_curve(models.target, models.tokenizer, prompts, methods, sizes, args.repeats, bar)
     print(curve_table(curve, sizes))
     report = {"settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "handler"},
-              "models": models.names, "synthetic": models.synthetic,
+              "models": models.names, "machine": machine_description(args.device), "synthetic": models.synthetic,
               "batch_curve": {name: {str(size): point for size, point in points.items()}
                               for name, points in curve.items()}}
     args.out.mkdir(parents=True, exist_ok=True)

@@ -316,7 +316,10 @@ def bench_table(bench: dict, prefixes: tuple[str, ...]) -> str:
     if any(name.endswith("drafter alone") for name in bench["methods"]):
         note = ("\n\nA method's default call (its bare name) verifies copied tokens where a row repeats its prompt or "
                 "itself (`prompt_lookup`); \"drafter alone\" is the same call with `prompt_lookup=False`.")
-    return (f"{dtype} on a 2-core CPU, greedy, prefill excluded, medians of repeats, all methods in one run:\n\n"
+    machine = bench.get("machine") or "2-core CPU"  # runs from before the machine was recorded
+    threads = bench.get("settings", {}).get("threads")
+    machine += f", {threads} torch thread{'s' if threads != 1 else ''}" if threads else ""
+    return (f"{dtype} on a {machine}, greedy, prefill excluded, medians of repeats, all methods in one run:\n\n"
             + "\n".join(rows) + note + f"\n\n```\n{command}\n```")
 
 

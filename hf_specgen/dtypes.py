@@ -38,13 +38,16 @@ def machine_description(device: str = "cpu") -> str:
     except OSError:  # not Linux
         pass
     name = " ".join(name.split()) or platform.processor() or "CPU"
+    kernels = torch.backends.cpu.get_cpu_capability()  # the vector kernels torch runs (ATEN_CPU_CAPABILITY caps it)
     if getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)():
         units = "with AMX"
     elif getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)():
         units = "with AVX512-BF16"
     else:
-        units = f"without bf16 units ({torch.backends.cpu.get_cpu_capability()})"
-    return f"{cores}-core {name} {units}"
+        return f"{cores}-core {name} without bf16 units ({kernels})"
+    # a CPU with bf16 units whose torch kernels were capped lower (emulating an older CPU) says so
+    capped = "" if kernels.startswith(("AVX512", "AMX")) else f", kernels capped at {kernels}"
+    return f"{cores}-core {name} {units}{capped}"
 
 
 def preferred_dtype(device: str) -> str:

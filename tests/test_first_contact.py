@@ -203,10 +203,13 @@ def test_measured_tables_name_the_machine_kind_they_ran_on(monkeypatch):
     machine (CPU model, cores, bf16 units or the ISA it has instead) and every card table built from it names it."""
     from hf_specgen.training.export import bench_table
 
-    for amx, avx512_bf16, kind in ((True, True, "with AMX"), (False, True, "with AVX512-BF16"),
-                                   (False, False, f"without bf16 units ({torch.backends.cpu.get_cpu_capability()})")):
+    for amx, avx512_bf16, kernels, kind in ((True, True, "AVX512", "with AMX"),
+                                            (False, True, "AVX512", "with AVX512-BF16"),
+                                            (False, True, "AVX2", "with AVX512-BF16, kernels capped at AVX2"),
+                                            (False, False, "AVX2", "without bf16 units (AVX2)")):
         monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda amx=amx: amx, raising=False)
         monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda fast=avx512_bf16: fast, raising=False)
+        monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda kernels=kernels: kernels)
         machine = dtypes.machine_description("cpu")
         assert re.fullmatch(rf"\d+-core \S.* {re.escape(kind)}", machine), machine
     bench = {"machine": machine, "settings": {"threads": 1, "dtype": "fp32"},
@@ -256,3 +259,32 @@ def test_readme_is_a_front_door_whose_two_commands_ci_and_users_run():
     assert "torch==2.13.0" in main_job and "torch==2.13.0" in tests and "pytest" in tests
     ci = (ROOT / ".ci" / "run").read_text()
     assert "<!-- test-command -->" in ci and 'bash -c "$test_command"' in ci
+
+
+def test_links_between_pages_lead_to_files_and_headings_that_exist():
+    """Every relative link of the README, the docs, the cards, the data set's card and the Space's page opens a file
+    that exists, and its #anchor a heading of that file (as GitHub and the Hub make anchors from headings)."""
+    def anchors(page: Path) -> set[str]:
+        seen: dict[str, int] = {}
+        headings, fenced = [], False
+        for line in page.read_text().splitlines():
+            fenced ^= line.lstrip().startswith("```")  # a line opening or closing a code block
+            if not fenced and re.match(r"#+ ", line):
+                headings.append(line.split(" ", 1)[1])
+        for heading in headings:
+            slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+            seen[slug + (f"-{seen[slug]}" if slug in seen else "")] = 0
+            seen[slug] = seen.get(slug, 0) + 1
+        return set(seen)
+
+    pages = [ROOT / "README.md", ROOT / "space" / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+             *sorted((ROOT / "hub_models").glob("*/README.md")), *sorted((ROOT / "datasets").glob("*/README.md"))]
+    broken = []
+    for page in pages:
+        for target, anchor in re.findall(r"\]\(((?!https?:|mailto:)[^)\s#]*)(?:#([^)\s]+))?\)", page.read_text()):
+            linked = (page.parent / target).resolve() if target else page
+            if not linked.exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+            elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
+                broken.append(f"{page.relative_to(ROOT)}: {target}#{anchor}")
+    assert not broken, broken

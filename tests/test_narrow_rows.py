@@ -261,3 +261,33 @@ def test_the_benchmarks_report_says_which_routes_were_taken():
     assert line.index("1 row") < line.index("2+ rows")
     assert "fp32 forwards of 1 row as a batched product over the weights' halves on cpu: taken" in line
     assert "fp32 forwards of 2+ rows as oneDNN's product over packed weights on cpu: not taken" in line
+
+
+def test_calls_after_the_timing_prefill_over_the_kinds_taken(monkeypatch):
+    """The prefill comes before a call's own timing (which needs its cache): the first call prefills the library's
+    way, later calls over the kinds timed faster, with stock's tokens; a kind timed slower leaves the prefill alone."""
+    target = make_target("llama", seed=7)
+    drafter = make_dflash(target, block_size=8)
+    prompt = torch.randint(3, 200, (1, 21), generator=torch.Generator().manual_seed(1))  # wider than any verify
+    reference = target.generate(prompt, max_new_tokens=16, do_sample=False)
+    prefills = []  # per call: whether the first layer's query projection over the whole prompt was routed
+    probe = target.model.layers[0].self_attn.q_proj
+
+    def before(module, args):
+        module.calls_before = RoutedLinears.calls
+
+    def after(module, args, out):
+        if args[0].shape[-2] == prompt.shape[1]:
+            prefills.append(RoutedLinears.calls > module.calls_before)
+
+    probe.register_forward_pre_hook(before)
+    probe.register_forward_hook(after)
+    for pays in (True, False):
+        monkeypatch.setattr(loop, "route_pays", lambda *args, pays=pays: pays)
+        costs_of(target).narrow_rows.clear()
+        prefills.clear()
+        for _ in range(2):
+            out = target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=16)
+            assert out.tolist() == reference.tolist()
+        assert costs_of(target).narrow_rows[("cpu", PACKED_FP32.name)] is pays
+        assert prefills == [False, pays]

@@ -437,12 +437,13 @@ class SpeculativeDecoder:
                     prefill_mask = session.prefill_mask()
                     if padded_prefill:  # recurrent layers take the 2D padding mask (stock generate passes the same)
                         prefill_mask = layer_masks(target, prefill_mask, attention_mask)
-                prefilled = self._prefill_without_padding(input_ids, attention_mask, session, tap)
-                if prefilled is None:
-                    out = target(input_ids=input_ids, position_ids=session.positions[:, :prompt_len],
-                                 attention_mask=prefill_mask, **{self._cache_key: self.cache}, use_cache=True,
-                                 **self._last_logits_only)
-                    prefilled = out.logits[:, -1:], tap.features() if tap is not None else None
+                with self._prefill_routes(session.device, dtype):
+                    prefilled = self._prefill_without_padding(input_ids, attention_mask, session, tap)
+                    if prefilled is None:
+                        out = target(input_ids=input_ids, position_ids=session.positions[:, :prompt_len],
+                                     attention_mask=prefill_mask, **{self._cache_key: self.cache}, use_cache=True,
+                                     **self._last_logits_only)
+                        prefilled = out.logits[:, -1:], tap.features() if tap is not None else None
                 last_logits, prompt_features = prefilled  # [B, 1, V]; [B, P, n_taps*H] or None
                 scores = process_block_logits(last_logits, session, input_ids[:, -1:], logits_processor)
                 first = target_choices(scores, do_sample)  # [B, 1]
@@ -853,6 +854,21 @@ class SpeculativeDecoder:
                 restore_states(self.cache, saved_states)
 
         return run_verify, lambda: set_cache_length(self.cache, starts)
+
+    def _prefill_routes(self, device: torch.device, dtype: torch.dtype):
+        """The context of the prefill's target forward: its linears by the kinds of narrow_rows.KINDS that this
+        process already timed faster for this target, device and dtype (on the AMD EPYC of docs/width-policy.md a
+        prompt of 128-512 tokens prefilled 1.75-1.95x as fast over packed weights in fp32 and 1.02-1.08x in bf16, the
+        bf16 logits to the bit). A call's own timing needs its cache, so comes after its prefill: the first call of a
+        process prefills the library's way, as does any call where no kind was timed faster."""
+        decided, kinds = costs_of(self.target).narrow_rows, kinds_for(device, dtype, bool(self.compile_steps))
+        taken = tuple(k for k in kinds if decided.get((str(device), k.name)))
+        if not taken:
+            return nullcontext()
+        linears = routable_linears(self.target)
+        if any(k.way == "packed" for k in taken) and not pack_linears(linears, dtype):
+            taken = tuple(k for k in taken if k.way != "packed")  # the copies no longer fit in memory
+        return RoutedLinears(linears, taken) if taken else nullcontext()
 
     def _decide_narrow_rows(self, session: DecodingSession, show, dtype: torch.dtype) -> None:
         """Which kinds of narrow_rows.KINDS this call's eager target forwards take on a CPU (fp32: one-row steps over

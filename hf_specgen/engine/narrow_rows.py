@@ -22,9 +22,10 @@ Each kind (``KINDS``) is taken only in eager forwards on a CPU, and only where a
 call's own cache found it ``ROUTE_MARGIN`` faster (``route_pays``; ``SpeculativeDecoder._decide_narrow_rows``), once
 per process, target, device and kind, so a CPU whose library kernels are fast keeps them. ``RoutedLinears`` swaps the
 forwards of a model's ``nn.Linear`` modules for the kinds taken while it is entered (around the engine's decoding
-forwards of the target, and the drafter's forwards in a round): a torch function mode would see every torch
-call of the forward, which cost 5-6 ms a forward on SmolLM2. The packed copies are kept beside their modules and
-made again when a weight changes (its storage or version)."""
+forwards of the target, the drafter's forwards in a round, and the prefill of every call after the kinds were
+timed: a 128-512-token prompt prefilled 1.7-1.9x as fast in fp32 over packed weights, 1.03-1.09x in bf16): a torch
+function mode would see every torch call of the forward, which cost 5-6 ms a forward on SmolLM2. The packed copies
+are kept beside their modules and made again when a weight changes (its storage or version)."""
 
 from __future__ import annotations
 

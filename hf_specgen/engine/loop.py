@@ -858,7 +858,7 @@ class SpeculativeDecoder:
     def _prefill_routes(self, device: torch.device, dtype: torch.dtype):
         """The context of the prefill's target forward: its linears by the kinds of narrow_rows.KINDS that this
         process already timed faster for this target, device and dtype (on the AMD EPYC of docs/width-policy.md a
-        prompt of 128-512 tokens prefilled 1.75-1.95x as fast over packed weights in fp32 and 1.02-1.08x in bf16, the
+        prompt of 128-512 tokens prefilled 1.7-1.9x as fast over packed weights in fp32 and 1.03-1.09x in bf16, the
         bf16 logits to the bit). A call's own timing needs its cache, so comes after its prefill: the first call of a
         process prefills the library's way, as does any call where no kind was timed faster."""
         decided, kinds = costs_of(self.target).narrow_rows, kinds_for(device, dtype, bool(self.compile_steps))

@@ -437,7 +437,8 @@ class SpeculativeDecoder:
                     prefill_mask = session.prefill_mask()
                     if padded_prefill:  # recurrent layers take the 2D padding mask (stock generate passes the same)
                         prefill_mask = layer_masks(target, prefill_mask, attention_mask)
-                with self._prefill_routes(session.device, dtype):
+                self._set_prefill_routes(session.device, dtype)
+                with self._routes or nullcontext():
                     prefilled = self._prefill_without_padding(input_ids, attention_mask, session, tap)
                     if prefilled is None:
                         out = target(input_ids=input_ids, position_ids=session.positions[:, :prompt_len],
@@ -855,31 +856,51 @@ class SpeculativeDecoder:
 
         return run_verify, lambda: set_cache_length(self.cache, starts)
 
-    def _prefill_routes(self, device: torch.device, dtype: torch.dtype):
-        """The context of the prefill's target forward: its linears by the kinds of narrow_rows.KINDS that this
+    def _set_prefill_routes(self, device: torch.device, dtype: torch.dtype) -> None:
+        """``self._routes`` for the prefill's target forward: its linears by the kinds of narrow_rows.KINDS that this
         process already timed faster for this target, device and dtype (on the AMD EPYC of docs/width-policy.md a
         prompt of 128-512 tokens prefilled 1.7-1.9x as fast over packed weights in fp32 and 1.03-1.09x in bf16, the
         bf16 logits to the bit). A call's own timing needs its cache, so comes after its prefill: the first call of a
-        process prefills the library's way, as does any call where no kind was timed faster."""
+        process prefills the library's way, as does any call where no kind was timed faster. Where nothing is left to
+        time, _decide_narrow_rows keeps these routes for the call's decoding forwards."""
         decided, kinds = costs_of(self.target).narrow_rows, kinds_for(device, dtype, bool(self.compile_steps))
         taken = tuple(k for k in kinds if decided.get((str(device), k.name)))
+        self._routes = None
         if not taken:
-            return nullcontext()
+            return
         linears = routable_linears(self.target)
         if any(k.way == "packed" for k in taken) and not pack_linears(linears, dtype):
             taken = tuple(k for k in taken if k.way != "packed")  # the copies no longer fit in memory
-        return RoutedLinears(linears, taken) if taken else nullcontext()
+        self._routes = RoutedLinears(linears, taken) if taken else None
 
     def _decide_narrow_rows(self, session: DecodingSession, show, dtype: torch.dtype) -> None:
         """Which kinds of narrow_rows.KINDS this call's eager target forwards take on a CPU (fp32: one-row steps over
         the weights' halves, forwards of more rows over packed weights; bf16: packed weights): each kind the call's
         forwards can run, timed both ways over this call's cache once per process, target, device and kind (the
         verdicts kept on the target's cost model beside its tables), is taken where it was faster."""
+        prefill_routes = self._routes  # built by _set_prefill_routes from the verdicts known before this call
         self._routes = self._drafting_routes = None
         kinds = kinds_for(session.device, dtype, bool(self.compile_steps))
         decided, device = costs_of(self.target).narrow_rows, str(session.device)
         if all(decided.get((device, k.name)) is False for k in kinds):
             return  # no kind here (a GPU, compiled steps), or each timed slower: no module walk nor packing check
+        if prefill_routes is not None and all((device, k.name) in decided for k in kinds):
+            self._routes = prefill_routes  # nothing left to time: the prefill's routes are the call's
+        else:
+            self._time_narrow_rows(session, show, dtype, kinds)
+        taken = self._routes.kinds if self._routes is not None else ()
+        if taken and self.layer_ids:  # a drafter on the target's hidden states: its linears and the target's
+            drafters = [getattr(p, "drafter", None)
+                        for p in (self.proposer, *getattr(self.proposer, "proposers", {}).values())]
+            drafting = routable_linears(self.target, *drafters)
+            if any(k.way == "packed" for k in taken):
+                pack_linears(drafting, dtype)  # (a drafter's linear left unpacked keeps the library's way)
+            self._drafting_routes = RoutedLinears(drafting, taken)
+
+    def _time_narrow_rows(self, session: DecodingSession, show, dtype: torch.dtype, kinds) -> None:
+        """Times each of ``kinds`` this call's forwards can run and no earlier call timed, and sets ``self._routes``
+        to the kinds taken (_decide_narrow_rows)."""
+        decided, device = costs_of(self.target).narrow_rows, str(session.device)
         batch = session.batch_size
         # the widths a verify of this call may have: any up to the widest where widths vary (the width policy, a
         # hybrid target's re-feed of the committed rows), else the fixed block; at this batch size or any it shrinks to
@@ -913,13 +934,6 @@ class SpeculativeDecoder:
         if packs and not any(k.way == "packed" for k in taken):
             drop_packed(linears)  # timed slower here: no copies kept for nothing
         self._routes = RoutedLinears(linears, taken) if taken else None
-        if taken and self.layer_ids:  # a drafter on the target's hidden states: its linears and the target's
-            drafters = [getattr(p, "drafter", None)
-                        for p in (self.proposer, *getattr(self.proposer, "proposers", {}).values())]
-            drafting = routable_linears(self.target, *drafters)
-            if packs:
-                pack_linears(drafting, dtype)  # (a drafter's linear left unpacked keeps the library's way)
-            self._drafting_routes = RoutedLinears(drafting, taken)
 
     def _drop_finished_rows(self, session: DecodingSession, finished_rows: "FinishedRows", active_rows: list[int]):
         """Keep the session's (and its caches') and the proposer's ``active_rows`` only; the others' tokens go to

@@ -1,5 +1,5 @@
 """Whole calls with the prefill's linears the library's way ("off") and over the kinds the engine timed faster
-("on", what hf_specgen does since 2026-11-29 later: SpeculativeDecoder._prefill_routes): stock `generate`, the
+("on", what hf_specgen does since 2026-11-29 later: SpeculativeDecoder._set_prefill_routes): stock `generate`, the
 engine's plain steps and the default DFlash call on a batch of the batch benchmark's prompts (HumanEval, GSM8K,
 MT-Bench, QA), in turns, medians of 3, prefill included, with the engine's prefill time of each call.
 
@@ -8,7 +8,6 @@ MT-Bench, QA), in turns, medians of 3, prefill included, with the engine's prefi
 
 import statistics
 import sys
-from contextlib import nullcontext
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -36,10 +35,15 @@ def main() -> None:
     inputs = tokenizer(chats, return_tensors="pt", padding=True, add_special_tokens=False)
     common = dict(**inputs, max_new_tokens=new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id,
                   return_dict_in_generate=True)
-    routed_prefill = loop.SpeculativeDecoder._prefill_routes
+    set_prefill_routes = loop.SpeculativeDecoder._set_prefill_routes
     prefill_on = [True]
-    loop.SpeculativeDecoder._prefill_routes = (
-        lambda self, *args: routed_prefill(self, *args) if prefill_on[0] else nullcontext())
+
+    def prefill_routes(self, *args) -> None:  # "off": the prefill without routes (the decoding forwards keep theirs)
+        set_prefill_routes(self, *args)
+        if not prefill_on[0]:
+            self._routes = None
+
+    loop.SpeculativeDecoder._set_prefill_routes = prefill_routes
 
     def engine(routes_on: bool, **kwargs):
         def call():

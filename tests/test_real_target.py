@@ -212,8 +212,10 @@ def test_smollm2_example_runs_as_written(smollm2):
         line = re.search(rf"{mode}\s+identical to stock: (True|False \(from new token \d+, where the target's two "
                          rf"best logits are (\d+\.\d+) apart in (\w+)\)),", default)
         assert line, default[-2000:]
-        if line.group(1) != "True":  # only bf16 rounds a wide verify differently, and only at a near-tie
-            assert line.group(3) == "bfloat16" and float(line.group(2)) < 0.5, line.group(0)
+        # only bf16 rounds a wide verify differently, and only at a near-tie (seen: 0.125 apart, one bf16 step at 16-32;
+        # a wrong verify would part where the target is sure, several logits apart)
+        if line.group(1) != "True":
+            assert line.group(3) == "bfloat16" and float(line.group(2)) < 1.0, line.group(0)
     wrong = subprocess.run([sys.executable, str(ROOT / "examples" / "smollm2.py"), "float16"], capture_output=True,
                            text=True, timeout=60)
     assert wrong.returncode != 0 and "usage: " in wrong.stderr and "float32|bfloat16" in wrong.stderr

@@ -18,9 +18,9 @@ from test_eagle3 import make_eagle3
 from test_width_policy import ForwardClock
 
 
-def reference_lookup(sequence: list[int], count: int) -> tuple[int, list[int]]:
+def reference_lookup(sequence: list[int], count: int, sizes=(3, 2)) -> tuple[int, list[int]]:
     """(matched n-gram size, the count tokens after the latest earlier occurrence of the last 3, else 2, tokens)."""
-    for n in (3, 2):
+    for n in sizes:
         if len(sequence) <= n:
             continue
         tail = sequence[-n:]
@@ -33,18 +33,36 @@ def reference_lookup(sequence: list[int], count: int) -> tuple[int, list[int]]:
 
 
 def test_lookup_finds_the_latest_earlier_occurrence_in_every_padded_row():
+    """Both ways of looking up give the reference's match and copy on random padded rows: the device's (fixed shapes,
+    no host read: lookup_drafts) and the host's (CommittedNgrams, a CPU's decoding), whose tables follow the rows as
+    they grow round by round (and are rebuilt for a row cut back, as a stop string does)."""
+    from types import SimpleNamespace
+
+    from hf_specgen.engine.lookup import CommittedNgrams
+
     rng = random.Random(0)
-    for _ in range(50):
-        batch, capacity = rng.randint(1, 5), rng.randint(6, 40)
+    for trial in range(120):
+        batch, capacity = rng.randint(1, 5), rng.randint(2, 40)
         tokens = torch.tensor([[rng.randrange(4) for _ in range(capacity)] for _ in range(batch)])  # stale tail too
-        padding = torch.tensor([rng.randint(0, 3) for _ in range(batch)])
-        lengths = torch.tensor([rng.randint(int(pad) + 1, capacity) for pad in padding])
-        found, size, drafts = lookup_drafts(tokens, lengths, padding, 5)
-        for b in range(batch):
-            n, follow = reference_lookup(tokens[b, int(padding[b]): int(lengths[b])].tolist(), 5)
-            assert int(size[b]) == n and bool(found[b]) == (n > 0)
-            if n:
-                assert drafts[b].tolist() == follow
+        padding = torch.tensor([rng.randint(0, min(3, capacity - 1)) for _ in range(batch)])
+        lengths = torch.tensor([rng.randint(int(pad) + 1, max(int(pad) + 1, capacity // 2)) for pad in padding])
+        sizes = ((3, 2), (3,), (2,))[trial % 3]
+        index = CommittedNgrams(sizes)
+        for _ in range(6):  # rounds: each row commits a few tokens, now and then one is cut back
+            session = SimpleNamespace(tokens=tokens, lengths=lengths, left_padding=padding)
+            host_sizes, host_drafts = index.find(session, 5)
+            host = torch.tensor(host_sizes) > 0, torch.tensor(host_sizes), torch.tensor(host_drafts)
+            for found, size, drafts in (lookup_drafts(tokens, lengths, padding, 5, sizes), host):
+                for b in range(batch):
+                    n, follow = reference_lookup(tokens[b, int(padding[b]): int(lengths[b])].tolist(), 5, sizes)
+                    assert int(size[b]) == n and bool(found[b]) == (n > 0)
+                    if n:
+                        assert drafts[b].tolist() == follow
+            for b in range(batch):  # the slots past a row's end hold whatever a verify left there, until committed
+                tokens[b, int(lengths[b]):] = torch.randint(0, 4, (capacity - int(lengths[b]),))
+            grow = [rng.randint(-2, 0) if rng.random() < 0.1 else rng.randint(0, 6) for _ in range(batch)]
+            lengths = torch.tensor([min(capacity, max(int(pad) + 1, int(length) + step))
+                                    for length, pad, step in zip(lengths, padding, grow)])
 
 
 def repeating_prompt(rng: random.Random) -> torch.Tensor:
@@ -207,7 +225,7 @@ def test_the_rows_said_to_copy_next_are_the_rows_the_next_overlay_copies_whateve
     disagree with every copy (so no 2-token copy is taken either)."""
     from types import SimpleNamespace
 
-    from hf_specgen.engine.lookup import PromptLookup
+    from hf_specgen.engine.lookup import HostPromptLookup, PromptLookup
 
     rng = random.Random(5)
     for trial in range(60):
@@ -216,11 +234,59 @@ def test_the_rows_said_to_copy_next_are_the_rows_the_next_overlay_copies_whateve
         padding = torch.tensor([rng.randint(0, 3) for _ in range(batch)])
         lengths = torch.tensor([rng.randint(int(pad) + 1, capacity - 4) for pad in padding])
         session = SimpleNamespace(tokens=tokens, lengths=lengths, left_padding=padding)
-        lookup = PromptLookup("cpu")
-        lookup.score[0] = -1 if trial % 3 == 0 else 0  # 3-token copies distrusted in every third trial
         draft = torch.full((batch, 5), 99)  # no copy starts with 99: only trusted 3-token copies replace it
-        copied = lookup.overlay(draft, session)[:, 1:] != 99
-        assert copied.any(dim=1).tolist() == lookup.copies_next(session).bool().tolist()
+        blocks = []
+        for told_first, lookup in ((True, PromptLookup("cpu", 4)), (False, PromptLookup("cpu", 4)),
+                                   (True, HostPromptLookup(4)), (False, HostPromptLookup(4))):
+            # the loop's order (the overlay reuses copies_next's lookup), and alone
+            lookup.score[0] = -1 if trial % 3 == 0 else 0  # 3-token copies distrusted in every third trial
+            said = lookup.copies_next(session).bool().tolist() if told_first else None
+            blocks.append(lookup.overlay(draft, session))
+            said = said or lookup.copies_next(session).bool().tolist()
+            assert (blocks[-1][:, 1:] != 99).any(dim=1).tolist() == said
+        assert all(torch.equal(blocks[0], block) for block in blocks)
+
+
+def test_the_host_lookup_makes_the_device_lookups_choices_round_after_round():
+    """A CPU's decoding looks up, overlays, judges and scores copies in Python (HostPromptLookup), a GPU's with device
+    tensors (PromptLookup): over rounds of random growing padded rows, random drafts that often share a copy's first
+    token, and random verdicts, both give the same blocks, copy blocks, rows said to copy next, unused copies'
+    agreement, scores and count of copies taken."""
+    from types import SimpleNamespace
+
+    from hf_specgen.engine.lookup import HostPromptLookup, PromptLookup
+
+    rng = random.Random(7)
+    for trial in range(40):
+        batch, capacity, width = rng.randint(1, 4), 64, rng.choice((2, 4, 6))
+        tokens = torch.tensor([[rng.randrange(3) for _ in range(capacity)] for _ in range(batch)])
+        padding = torch.tensor([rng.randint(0, 3) for _ in range(batch)])
+        lengths = padding + torch.tensor([rng.randint(1, 8) for _ in range(batch)])
+        device, host = PromptLookup("cpu", width - 1), HostPromptLookup(width - 1)
+        for _ in range(8):
+            session = SimpleNamespace(tokens=tokens, lengths=lengths, left_padding=padding, last_slots=lengths - 1,
+                                      token_block=lambda slots, n, t=tokens: t.gather(1, slots[:, None]))
+            said = [lookup.copies_next(session) for lookup in (device, host)]
+            assert torch.equal(*said)
+            draft = torch.cat([tokens.gather(1, (lengths - 1)[:, None]),
+                               torch.randint(0, 3, (batch, width - 1))], dim=1)
+            verified = torch.randint(0, 3, (batch, width))
+            agreed = [lookup.agreement_of_unused_copy(session, verified) for lookup in (device, host)]
+            assert torch.equal(*agreed)
+            if bool(said[0].all()) and rng.random() < 0.5:  # (a round verifies copies alone where every row has one)
+                blocks = [lookup.copy_block(session, width) for lookup in (device, host)]
+            else:
+                blocks = [lookup.overlay(draft, session) for lookup in (device, host)]
+                accepted = torch.randint(0, width, (batch,))
+                active = torch.rand(batch) < 0.8
+                for lookup in (device, host):
+                    lookup.learn(accepted, verified, active)
+            assert torch.equal(*blocks)
+            assert device.score.tolist() == host.score and int(device.taken_rows) == host.taken_rows
+            grow = torch.tensor([rng.randint(1, width - 1) for _ in range(batch)])
+            for b in range(batch):  # each row commits the first tokens of its block
+                tokens[b, int(lengths[b]): int(lengths[b]) + int(grow[b])] = blocks[0][b, 1: 1 + int(grow[b])]
+            lengths = (lengths + grow).clamp(max=capacity - width)
 
 
 def _copying_policy():
@@ -259,9 +325,8 @@ def test_rounds_with_a_copy_at_hand_verify_it_alone_and_wide_when_copies_are_rig
 
 def test_a_drafter_that_beats_the_copies_keeps_the_rounds_with_a_copy_at_hand():
     """The drafter keeps every draft, the copies none: where a copy is at hand the drafter's block is verified, with no
-    copied tokens in it (``overlays_copies``), but for one round in COPY_EVERY that tries the copy again."""
-    from hf_specgen.engine.width_policy import COPY_EVERY
-
+    copied tokens in it (``overlays_copies``), and the copy is not tried again: its estimate learns from those rounds
+    that it would have kept nothing (``observe_unused_copy``)."""
     policy = _copying_policy()
     chosen = []
     for round_ in range(96):
@@ -269,12 +334,39 @@ def test_a_drafter_that_beats_the_copies_keeps_the_rounds_with_a_copy_at_hand():
         width = policy.choose(copying=copying)
         chosen.append((copying, policy.copies_alone, policy.overlays_copies, width))
         policy.observe(width, [0 if policy.copies_alone else width - 1] if width > 1 else [0])
-    late = [c for c in chosen[32:] if c[0]]
-    tried = sum(alone for _, alone, _, _ in late)
-    assert 1 <= tried <= len(late) // COPY_EVERY + 1
-    assert all(width == 8 and not overlays for _, alone, overlays, width in late if not alone)
+        if copying and not policy.copies_alone:
+            policy.observe_unused_copy(0, width)  # the copy's first token was not the target's
+    late = [c for c in chosen[16:] if c[0]]
+    assert not any(alone for _, alone, _, _ in late)
+    assert all(width == 8 and not overlays for _, alone, overlays, width in late)
+    assert policy.copy.acceptance.rates(16)[0] < 0.1
 
 
+def test_copies_come_back_once_the_rounds_the_drafter_takes_show_them_right():
+    """Copies fail, then the text turns to copying while the drafter keeps failing: with no rounds spent trying the
+    copy while the drafter leads, the copy's own probes (narrow, where plain steps lead) and what the rounds with a copy
+    at hand show it would have kept bring it back within a few such rounds, verified alone and wide."""
+    policy = _copying_policy()
+    copies_right = False
+
+    def run(rounds):
+        chosen = []
+        for round_ in range(rounds):
+            copying = round_ % 2 == 0
+            width = policy.choose(copying=copying)
+            chosen.append((copying, policy.copies_alone, width))
+            right = copies_right and policy.copies_alone
+            policy.observe(width, [width - 1 if right else 0] if width > 1 else [0])
+            if copying and not policy.copies_alone:  # committed: the verified tokens up to the first wrong draft
+                policy.observe_unused_copy(16 if copies_right else 0, 1)
+        return chosen
+
+    late = [(alone, width) for copying, alone, width in run(60)[-30:] if copying]
+    assert sum(alone for alone, _ in late) <= 2  # the copy's own probes, narrow (costing at most 1.25 plain steps)
+    assert all(width <= 4 for alone, width in late if alone)
+    copies_right = True
+    then = [alone and width == 16 for copying, alone, width in run(30) if copying]
+    assert any(then[:6]) and all(then[-5:])
 def looping_prompt(target, new: int) -> tuple[torch.Tensor, torch.Tensor]:
     """A prompt whose greedy continuation of ``new`` tokens falls into a loop (a random model's often does), and that
     continuation."""

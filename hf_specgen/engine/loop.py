@@ -381,21 +381,24 @@ class SpeculativeDecoder:
             streamer.put(input_ids.cpu())
         active = torch.ones(batch, dtype=torch.bool, device=input_ids.device)
         active_rows = list(range(batch))
-        # prompt lookup: the rows that took a copy, and whether every active row's next round verifies one
-        lookup_count, copy_next = [0], [False]
-        lookup = PromptLookup(input_ids.device) if copying else None
+        # prompt lookup, and whether every active row's next round has a copy at hand
+        copy_next, copy_agreement = [False], [0]
+        lookup = PromptLookup.for_device(input_ids.device, max(widest, width) - 1) if copying else None
 
-        def commit(result: RoundResult, counts: torch.Tensor):
+        def commit(result: RoundResult, counts: torch.Tensor, unused_copy: bool = False):
             """Append each active row's kept tokens, judge stopping, and read the round's numbers to the host (the
-            round's one transfer): returns them ([kept, done, n_accepted, (FLy: mismatches, rescued), (a tree's
-            accepted drafts within each budget)], each per row) and the rows still active."""
+            round's one transfer): returns them ([kept, done, n_accepted, (FLy: mismatches, rescued), (prompt
+            lookup: each row's next round having a copy at hand, and with ``unused_copy`` how many of this round's
+            tokens the copy it did not verify matched), (a tree's accepted drafts within each budget)], each per
+            row) and the rows still active."""
             per_row = result.within_budgets
+            agreement = [lookup.agreement_of_unused_copy(session, result.new_tokens)] if unused_copy else []
             kept, done = stop.judge(session, result.new_tokens, counts, active)
             first_new = list(session.host_lengths)
             extras = [x for x in (result.n_accepted, result.mismatches, result.rescued) if x is not None]
             session.append_on_device(result.new_tokens, kept)
-            # the copies taken so far, and each row's next round taking one, ride the same read
-            copies = [lookup.taken_rows.expand_as(kept), lookup.copies_next(session)] if lookup is not None else []
+            # each row's next round having a copy at hand (and the unused copy's agreement) ride the same read
+            copies = [lookup.copies_next(session), *agreement] if lookup is not None else []
             numbers = torch.cat([torch.stack([kept, done.long(), *extras, *copies]),
                                  *([per_row.T] if per_row is not None else [])]).tolist()
             kept_host, done_host = numbers[0], numbers[1]
@@ -418,8 +421,8 @@ class SpeculativeDecoder:
                 streamer.put(result.new_tokens[0, : kept_host[0]].cpu())
             still_active = [b for b in active_rows if b not in finished]
             if copies:
-                lookup_count[0] = numbers[2 + len(extras)][0]
-                copy_next[0] = all(numbers[3 + len(extras)][b] for b in still_active)
+                copy_next[0] = all(numbers[2 + len(extras)][b] for b in still_active)
+                copy_agreement[0] = numbers[3 + len(extras)][0] if unused_copy else 0
             return numbers, still_active
 
         try:
@@ -552,7 +555,10 @@ class SpeculativeDecoder:
                     if self._state_layers:
                         result, counts = self._commit_evenly(result, counts, active)
                     set_cache_length(self.cache, session.last_slots + counts)
-                    numbers, still_active = commit(result, counts)  # the new tokens are in the session from here
+                    # a round with a copy at hand that verified the drafter's block or a plain step: what the copy
+                    # would have kept is read with the round's numbers, for the copy's estimate
+                    unused_copy = copy_next[0] and not copies_alone and hasattr(policy, "observe_unused_copy")
+                    numbers, still_active = commit(result, counts, unused_copy)  # the new tokens are in the session
                     features = result.features
                     if features is not None and self.compile_steps:
                         features = features.clone()  # a graph replay (or the re-feed below) would overwrite it
@@ -591,6 +597,8 @@ class SpeculativeDecoder:
                         verified = round_width if isinstance(draft, TreeProposal) else min(round_width,
                                                                                             draft.shape[-1])
                         policy.observe(round_width, [numbers[2][b] for b in active_rows], seconds, within, verified)
+                        if unused_copy:  # (the verified tokens, a stopping row's included, are the target's)
+                            policy.observe_unused_copy(copy_agreement[0], numbers[2][0] + 1)
                         stats.round_widths.append(round_width)
                     if observe is not None and still_active:  # each row's newest committed token
                         rows, newest = torch.arange(batch, device=result.logits.device), result.n_accepted
@@ -638,7 +646,7 @@ class SpeculativeDecoder:
         stats.row_new_tokens = [length - prompt_len for length in lengths]
         stats.new_tokens = sum(stats.row_new_tokens)
         stats.draft_forwards = getattr(self.proposer, "forward_calls", stats.num_rounds)
-        stats.lookup_drafts = lookup_count[0]
+        stats.lookup_drafts = int(lookup.taken_rows) if lookup is not None else 0  # (the call's one more read)
         for name, value in getattr(self.proposer, "round_records", dict)().items():
             setattr(stats, name, list(value))
         sequences = self._sequences(tokens, lengths, generation_config, stop)

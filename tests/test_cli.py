@@ -284,3 +284,37 @@ def test_bench_methods_take_turns_within_every_pass():
     assert calls == [("a", 1), ("b", 1)] + in_order + turned + in_order
     assert a.name == "a" and a.sequences == b.sequences == [[5, 6, 7], [5, 6, 7]] and a.decode_tokens == [2, 2]
     assert a.decode_seconds[0] < 0.02  # the slow pass is outvoted by the median
+
+
+def test_a_bench_prompt_whose_passes_differ_takes_one_pass_whole():
+    """In bf16 a call whose widths differ between passes can part from the others at a near-tie and end sooner or
+    later: a prompt's time, tokens and statistics then all come from its median-rate pass, never a median time over
+    passes beside another pass's tokens."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from hf_specgen.bench.harness import run_methods_in_turns
+
+    # per decode (the warm-up first): new tokens after the prefill's one, and the seconds they take
+    runs = iter([(4, 0.0), (30, 0.020), (40, 0.040), (8, 0.004)])  # passes at 1500, 1000 and 2000 tokens a second
+
+    class Target:
+        def generate(self, prompt, streamer=None, return_dict_in_generate=False):
+            count, seconds = next(runs)
+            new = torch.arange(count + 1)
+            if streamer is not None:  # (the warm-up has none)
+                streamer.put(prompt)
+                streamer.put(new[:1])
+                time.sleep(seconds)
+                streamer.put(new[1:])
+                streamer.end()
+            stats = SimpleNamespace(acceptance_lengths=[count], num_rounds=1, block_size=1, draft_time=0.0,
+                                    verify_time=seconds, other_time=0.0, drafter_per_round=[], rescued_tokens=0,
+                                    initial_mismatches=0, draft_forwards=1, switches=0)
+            return SimpleNamespace(sequences=torch.cat([prompt, new[None]], dim=1), speculative_stats=stats)
+
+    (result,) = run_methods_in_turns(Target(), [torch.tensor([[1, 2]])], [("a", {}, None)], repeats=3)
+    assert result.decode_tokens == [30] and result.acceptance == [[30]] and len(result.sequences[0]) == 31
+    # its own time (the last pass's 8 tokens over the median time read 400 tokens a second, slower than every pass)
+    assert 0.019 < result.decode_seconds[0] < 0.03

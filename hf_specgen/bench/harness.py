@@ -55,7 +55,7 @@ class DecodeClock(BaseStreamer):
 @dataclass
 class MethodResult:
     name: str
-    decode_seconds: list[float] = field(default_factory=list)  # per prompt: median over repeats
+    decode_seconds: list[float] = field(default_factory=list)  # per prompt: its median-rate pass's (of the repeats)
     decode_tokens: list[int] = field(default_factory=list)  # per prompt: tokens produced inside the decode window
     acceptance: list[list[int]] = field(default_factory=list)  # per prompt: committed tokens per round
     time_split: dict[str, float] = field(default_factory=dict)  # summed over prompts (last repeat)
@@ -126,10 +126,13 @@ def run_methods_in_turns(target, prompts, methods: list[tuple], repeats: int, pr
     a slow minute) reaches all methods alike instead of one method's prompts or passes; the methods' order turns by
     one each pass, so none always runs first or last (what ran just before moves a call's time by a few percent on
     a 2-core CPU). Each method still meets the prompts in their order (its carried estimates see the same calls).
-    Per prompt, a method's time is the median over its passes; its tokens and statistics come from the last pass.
-    ``progress`` advances once per decode."""
+    Per prompt, a method's time, tokens and statistics come from one pass: the one with the median rate (tokens per
+    second; the lower middle one of an even number). Greedy passes give the same tokens, so that is the median time;
+    but in bf16 a call whose widths differ can part from the others at a near-tie and end sooner or later (seen: 96,
+    20 and 80 tokens in three passes of one prompt), and a median time over passes with the last pass's tokens read
+    0.54x where each pass ran at 1.5-2x. ``progress`` advances once per decode."""
     results = [MethodResult(name) for name, _, _ in methods]
-    times = [[[] for _ in prompts] for _ in methods]  # [method][prompt] -> decode seconds per pass
+    passes = [[[] for _ in prompts] for _ in methods]  # [method][prompt] -> (output, clock) per pass
     splits = [{"draft": 0.0, "verify": 0.0, "other": 0.0} for _ in methods]
     for (_, gen_kwargs, before_prompt) in methods:
         if before_prompt is not None:
@@ -146,20 +149,22 @@ def run_methods_in_turns(target, prompts, methods: list[tuple], repeats: int, pr
                     before_prompt(index)
                 clock = DecodeClock()
                 out = target.generate(prompt, streamer=clock, return_dict_in_generate=True, **gen_kwargs)
-                times[m][index].append(clock.decode_seconds)
-                if repeat == repeats - 1:
-                    _record_decode(results[m], splits[m], prompt, out, clock)
+                passes[m][index].append((out, clock))
                 if progress is not None:
                     progress.update(1)
-    for result, split, per_prompt in zip(results, splits, times):
-        result.decode_seconds = [statistics.median(t) for t in per_prompt]
+    for result, split, per_prompt in zip(results, splits, passes):
+        for prompt, runs in zip(prompts, per_prompt):
+            by_rate = sorted(runs, key=lambda run: run[1].decode_tokens / max(run[1].decode_seconds, 1e-9))
+            out, clock = by_rate[(len(by_rate) - 1) // 2]
+            _record_decode(result, split, prompt, out, clock)
+            result.decode_seconds.append(clock.decode_seconds)
         if result.acceptance:
             result.time_split = split
     return results
 
 
 def _record_decode(result: MethodResult, split: dict, prompt, out, clock) -> None:
-    """One prompt's tokens and round statistics into ``result`` (greedy: the same tokens every pass)."""
+    """One prompt's tokens and round statistics into ``result`` (from the pass ``run_methods_in_turns`` takes)."""
     result.decode_tokens.append(clock.decode_tokens)
     result.sequences.append(out.sequences[0, prompt.shape[1]:].tolist())
     stats = getattr(out, "speculative_stats", None)

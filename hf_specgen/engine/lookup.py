@@ -1,9 +1,10 @@
 """Copied tokens (``prompt_lookup``): rows that repeat their own text verify the copy instead of the drafter's block.
 
 Prompt lookup decoding (transformers' ``prompt_lookup_num_tokens``, vLLM's n-gram speculator) finds a row's last few
-tokens earlier in its sequence and proposes what followed them there. Here it runs on the device over the session's
-token buffer with fixed shapes (no host read, no new shape for a compiled step), beside the drafter rather than
-instead of it. For one prompt, a round whose row has a 3-token match (``copies_next``, read with the previous round's
+tokens earlier in its sequence and proposes what followed them there. Here it runs beside the drafter rather than
+instead of it: on a GPU on the device over the session's token buffer with fixed shapes (no host read, no new shape
+for a compiled step: ``PromptLookup``), on a CPU in Python over n-gram tables kept up as tokens commit
+(``HostPromptLookup``, the same choices at a fifth of the cost a round). For one prompt, a round whose row has a 3-token match (``copies_next``, read with the previous round's
 numbers) may verify the copy alone (``copy_block``; ``width_policy.CopyingWidthPolicy`` decides); otherwise, and in
 batches, ``PromptLookup.overlay`` decides per row which of the copy and the drafter's block to verify
 (docs/methods.md).
@@ -47,16 +48,11 @@ def lookup_drafts(tokens: torch.Tensor, lengths: torch.Tensor, first_real: torch
             found = latest >= 0  # sizes rise: a longer match replaces a shorter one
             start = torch.where(found, latest + n, start)
             matched = torch.where(found, n, matched)
-    return matched > 0, matched, _copied(tokens, lengths, start, count)
-
-
-def _copied(tokens: torch.Tensor, lengths: torch.Tensor, start: torch.Tensor, count: int) -> torch.Tensor:
-    """[B, count]: each row's tokens from ``start`` on. Past the committed end the copy continues as it went on from
-    ``start``: the text is repeating itself with period lengths - start (a loop, or a list), so the draft repeats it
-    too."""
+    # Past the committed end the copy continues as it went on from ``start``: the text is repeating itself with period
+    # lengths - start (a loop, or a list), so the draft repeats it too.
     period = (lengths - start).clamp(min=1)[:, None]
-    follow = start[:, None] + torch.arange(count, device=tokens.device)[None] % period  # [B, count]
-    return tokens.gather(1, follow.clamp(max=tokens.shape[1] - 1))
+    follow = start[:, None] + torch.arange(count, device=device)[None] % period  # [B, count]
+    return matched > 0, matched, tokens.gather(1, follow.clamp(max=capacity - 1))
 
 
 class CommittedNgrams:

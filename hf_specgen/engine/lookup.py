@@ -4,10 +4,10 @@ Prompt lookup decoding (transformers' ``prompt_lookup_num_tokens``, vLLM's n-gra
 tokens earlier in its sequence and proposes what followed them there. Here it runs beside the drafter rather than
 instead of it: on a GPU on the device over the session's token buffer with fixed shapes (no host read, no new shape
 for a compiled step: ``PromptLookup``), on a CPU in Python over n-gram tables kept up as tokens commit
-(``HostPromptLookup``, the same choices at a fifth of the cost a round). For one prompt, a round whose row has a 3-token match (``copies_next``, read with the previous round's
-numbers) may verify the copy alone (``copy_block``; ``width_policy.CopyingWidthPolicy`` decides); otherwise, and in
-batches, ``PromptLookup.overlay`` decides per row which of the copy and the drafter's block to verify
-(docs/methods.md).
+(``HostPromptLookup``, the same choices at a fifth of the cost a round). For one prompt, a round whose row has a
+3-token match (``copies_next``, read with the previous round's numbers) may verify the copy alone (``copy_block``;
+``width_policy.CopyingWidthPolicy`` decides); otherwise, and in batches, ``PromptLookup.overlay`` decides per row
+which of the copy and the drafter's block to verify (docs/methods.md).
 """
 
 from __future__ import annotations

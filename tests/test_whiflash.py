@@ -243,3 +243,26 @@ def test_step_oracle_routes_by_the_accepted_length_table_of_each_position():
     # a slower EAGLE-3 round flips ties of accepted length per second
     assert StepOracle([{5: (2.0, 1.5)}], eagle_round_s=2.0, dflash_round_s=1.0)({"position": 5}) == "dflash"
     assert StepOracle([{5: (2.0, 1.5)}], eagle_round_s=1.0, dflash_round_s=1.0)({"position": 5}) == "eagle3"
+
+
+def test_a_batchs_neural_vote_is_its_rows_votes_in_one_forward():
+    """The neural router reads a batch's rows in one forward: the vote is the majority of what each row's own route()
+    says (DFlash on a tie)."""
+    from types import SimpleNamespace
+
+    from hf_specgen.drafters.whiflash import AR, PARALLEL, WhiFlashProposer, route
+
+    torch.manual_seed(0)
+    mlp = hf_specgen.WhiFlashRouter(64).eval()
+    settings = SimpleNamespace(router="neural", neural_router=mlp, neural_threshold=0.0)
+    proposer = WhiFlashProposer.__new__(WhiFlashProposer)
+    proposer.settings, proposer._rng = settings, random.Random(0)
+    seen = set()
+    for rows in (2, 3, 4, 7, 16):
+        for _ in range(10):
+            proposer.signals = [{"hidden": torch.randn(64) * 4, "logits": None, "position": 0} for _ in range(rows)]
+            each = [route(settings, signal, proposer._rng) for signal in proposer.signals]
+            expected = AR if 2 * each.count(AR) > rows else PARALLEL
+            assert proposer.vote() == expected
+            seen.add(expected)
+    assert seen == {AR, PARALLEL}

@@ -109,8 +109,15 @@ class WhiFlashProposer:
 
     def vote(self) -> str:
         """The batch's drafter this round: the one most unfinished rows choose (DFlash on a tie, and before any
-        signal)."""
-        votes = [self.choose(signal) for signal in self.signals]
+        signal). The neural router reads every row's hidden state in one forward (row by row, a batch of 16 spent
+        about 2 ms a round on a CPU in 16 small forwards)."""
+        if self.settings.router == "neural" and len(self.signals) > 1:
+            mlp = self.settings.neural_router
+            with torch.no_grad():
+                predicted = mlp(torch.stack([signal["hidden"] for signal in self.signals]).to(mlp.dtype))
+            votes = [AR if value > self.settings.neural_threshold else PARALLEL for value in predicted.tolist()]
+        else:
+            votes = [self.choose(signal) for signal in self.signals]
         return AR if 2 * votes.count(AR) > len(votes) else PARALLEL
 
     def use_drafter(self, name: str) -> None:

@@ -49,10 +49,7 @@ def route(settings, signal: dict, rng: random.Random) -> str:
     elif router == "entropy":
         choice = AR if full_entropy(signal["logits"]) > settings.entropy_threshold else PARALLEL
     elif router == "neural":
-        mlp = settings.neural_router
-        with torch.no_grad():
-            predicted = float(mlp(signal["hidden"][None].to(mlp.dtype)))
-        choice = AR if predicted > settings.neural_threshold else PARALLEL
+        choice = neural_choices(settings, signal["hidden"][None])[0]
     elif router in (AR, PARALLEL):
         choice = router
     elif router == "random":
@@ -62,6 +59,15 @@ def route(settings, signal: dict, rng: random.Random) -> str:
     if choice not in (AR, PARALLEL):
         raise ValueError(f"a WhiFlash router must return {AR!r} or {PARALLEL!r}, got {choice!r}")
     return choice
+
+
+def neural_choices(settings, hidden: torch.Tensor) -> list[str]:
+    """The neural router's choice for each row of hidden [N, H] (the target's final decoder layer at each row's newest
+    committed token), in one forward: EAGLE-3 where its predicted AL_eagle - AL_dflash exceeds the threshold."""
+    mlp = settings.neural_router
+    with torch.no_grad():
+        predicted = mlp(hidden.to(mlp.dtype)).tolist()
+    return [AR if value > settings.neural_threshold else PARALLEL for value in predicted]
 
 
 class WhiFlashProposer:
@@ -112,10 +118,7 @@ class WhiFlashProposer:
         signal). The neural router reads every row's hidden state in one forward (row by row, a batch of 16 spent
         about 2 ms a round on a CPU in 16 small forwards)."""
         if self.settings.router == "neural" and len(self.signals) > 1:
-            mlp = self.settings.neural_router
-            with torch.no_grad():
-                predicted = mlp(torch.stack([signal["hidden"] for signal in self.signals]).to(mlp.dtype))
-            votes = [AR if value > self.settings.neural_threshold else PARALLEL for value in predicted.tolist()]
+            votes = neural_choices(self.settings, torch.stack([signal["hidden"] for signal in self.signals]))
         else:
             votes = [self.choose(signal) for signal in self.signals]
         return AR if 2 * votes.count(AR) > len(votes) else PARALLEL

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -250,15 +251,16 @@ def test_a_batchs_neural_vote_is_its_rows_votes_in_one_forward():
     says (DFlash on a tie)."""
     from types import SimpleNamespace
 
-    from hf_specgen.drafters.whiflash import AR, PARALLEL, WhiFlashProposer, route
+    from hf_specgen.drafters.whiflash import AR, PARALLEL, WhiFlashProposer, cpu_router, route
 
     torch.manual_seed(0)
     mlp = hf_specgen.WhiFlashRouter(64).eval()
     settings = SimpleNamespace(router="neural", neural_router=mlp, neural_threshold=0.0)
     proposer = WhiFlashProposer.__new__(WhiFlashProposer)
-    proposer.settings, proposer._rng = settings, random.Random(0)
+    proposer.settings, proposer._rng, proposer._router = settings, random.Random(0), cpu_router(mlp)
+    assert proposer._router is mlp  # an fp32 router runs as it is
     seen = set()
-    for rows in (2, 3, 4, 7, 16):
+    for rows in (1, 2, 3, 4, 7, 16):
         for _ in range(10):
             proposer.signals = [{"hidden": torch.randn(64) * 4, "logits": None, "position": 0} for _ in range(rows)]
             each = [route(settings, signal, proposer._rng) for signal in proposer.signals]
@@ -266,3 +268,31 @@ def test_a_batchs_neural_vote_is_its_rows_votes_in_one_forward():
             assert proposer.vote() == expected
             seen.add(expected)
     assert seen == {AR, PARALLEL}
+
+
+def test_a_bf16_neural_router_votes_through_an_fp32_copy_on_a_cpu():
+    """On a CPU a call runs a bf16 router's fp32 copy (its small products cost the library's bf16 kernels about 130 us
+    a round in the tiny world's loop): the copy has the router's own weights, leaves the bundle's router as it is, and
+    votes as the bf16 router does wherever its prediction is not within bf16 rounding of the threshold. A copy is made
+    per call (start), so a router changed between calls is the one the next call runs."""
+    from hf_specgen.drafters.whiflash import PARALLEL, cpu_router, neural_choices
+
+    torch.manual_seed(0)
+    mlp = hf_specgen.WhiFlashRouter(64).eval().to(torch.bfloat16)
+    copy = cpu_router(mlp)
+    assert copy is not mlp and copy.dtype == torch.float32 and mlp.dtype == torch.bfloat16
+    for ours, theirs in zip(copy.state_dict().values(), mlp.state_dict().values()):
+        assert torch.equal(ours, theirs.float())
+    hidden = (torch.randn(256, 64) * 4).to(torch.bfloat16)
+    with torch.no_grad():
+        predicted = mlp(hidden).float()
+    threshold = float(predicted.median())
+    settings = SimpleNamespace(router="neural", neural_router=mlp, neural_threshold=threshold)
+    bf16_votes, fp32_votes = neural_choices(settings, hidden), neural_choices(settings, hidden, copy)
+    near = (predicted - threshold).abs() < 0.05 * predicted.abs().max()
+    assert all(a == b for a, b, n in zip(bf16_votes, fp32_votes, near.tolist()) if not n)
+    assert sum(not n for n in near.tolist()) > 128
+
+    with torch.no_grad():
+        mlp.net[3].bias.fill_(-1e4)  # trained since: every row now votes DFlash
+    assert set(neural_choices(settings, hidden, cpu_router(mlp))) == {PARALLEL}

@@ -1399,6 +1399,22 @@ def test_whiflash_default_call_keeps_the_drafters_acceptance_apart_under_each_ro
     assert policy.pooled["eagle3"].reached[1] > 0 and policy.pooled["dflash"].reached[1] > 0
 
 
+def test_a_vote_new_to_a_drafter_drafts_as_wide_as_its_rounds_under_the_other_vote_showed():
+    """DFlash drafts cheaply and keeps its whole 8-row blocks through 40 rounds of the DFlash vote; then the router
+    votes EAGLE-3, under which DFlash has not drafted yet and EAGLE-3's chain keeps one draft of each round. Under the
+    new vote DFlash's estimate is its rounds' so far (its prior), verified up to 8 rows: its first round there drafts
+    its whole block, and the vote's rounds stay DFlash's. Before, a vote's reach was twice the widest round of its
+    own evidence, so DFlash's best width under the new vote was 2, rated below EAGLE-3's 4-row chain (the tiny world's
+    neural router gave its EAGLE-3 votes on math to chains keeping 2-3 tokens where DFlash's blocks kept 8+)."""
+    policy, used = _routed_policy(dflash_draft=0.2)
+    kept = {"eagle3": lambda w: 1, "dflash": lambda w: w - 1}
+    assert _run_routed(policy, used, 40, kept)[-8:] == [("dflash", 8)] * 8
+    policy.vote = lambda: "eagle3"
+    assert policy.estimates["dflash"]["eagle3"].reached[1] == 0  # no evidence of its own under this vote
+    chosen = _run_routed(policy, used, 24, kept)
+    assert chosen[0] == ("dflash", 8) and chosen.count(("dflash", 8)) >= 22
+
+
 def test_the_policy_replay_scores_the_engines_policy_against_fixed_widths_without_a_clock():
     """scripts/policy_replay.py on made-up acceptance (no model): a drafter whose every draft is right on one kind of
     text and wrong on another, with AVX2-like costs. A fixed width's ratio is exact arithmetic; the policy drafts wide

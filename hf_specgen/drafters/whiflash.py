@@ -21,6 +21,7 @@ context and picks the drafter and width that pay most on this machine (engine.wi
 
 from __future__ import annotations
 
+import copy
 import random
 
 import torch
@@ -61,13 +62,23 @@ def route(settings, signal: dict, rng: random.Random) -> str:
     return choice
 
 
-def neural_choices(settings, hidden: torch.Tensor) -> list[str]:
+def neural_choices(settings, hidden: torch.Tensor, mlp: torch.nn.Module | None = None) -> list[str]:
     """The neural router's choice for each row of hidden [N, H] (the target's final decoder layer at each row's newest
-    committed token), in one forward: EAGLE-3 where its predicted AL_eagle - AL_dflash exceeds the threshold."""
-    mlp = settings.neural_router
+    committed token), in one forward: EAGLE-3 where its predicted AL_eagle - AL_dflash exceeds the threshold.
+    ``mlp``: the router to run (default: the bundle's own; a call on a CPU passes an fp32 copy, ``cpu_router``)."""
+    mlp = mlp if mlp is not None else settings.neural_router
     with torch.no_grad():
         predicted = mlp(hidden.to(mlp.dtype)).tolist()
     return [AR if value > settings.neural_threshold else PARALLEL for value in predicted]
+
+
+def cpu_router(mlp: torch.nn.Module | None) -> torch.nn.Module | None:
+    """The neural router to run each round of a call on a CPU: an fp32 copy of a bf16 or fp16 one. Its two small
+    matrix products are a few microseconds in fp32, where the library's bf16 kernels spent about 130 us a round in the
+    tiny world's loop (34 us alone); a copy per call (``start``), so a router trained since is never stale."""
+    if mlp is None or mlp.dtype == torch.float32 or next(mlp.parameters()).device.type != "cpu":
+        return mlp
+    return copy.deepcopy(mlp).float()
 
 
 class WhiFlashProposer:
@@ -107,6 +118,7 @@ class WhiFlashProposer:
         self.stops_when_unsure = getattr(ar, "stops_when_unsure", False)
         self.confidences = None
         self._chosen = None  # the drafter the policy picked for the next proposal (None: the router's vote)
+        self._router = None  # the neural router this call runs (start: cpu_router)
 
     # ------------------------------------------------------------------ routing
     def choose(self, signal: dict) -> str:
@@ -117,8 +129,9 @@ class WhiFlashProposer:
         """The batch's drafter this round: the one most unfinished rows choose (DFlash on a tie, and before any
         signal). The neural router reads every row's hidden state in one forward (row by row, a batch of 16 spent
         about 2 ms a round on a CPU in 16 small forwards)."""
-        if self.settings.router == "neural" and len(self.signals) > 1:
-            votes = neural_choices(self.settings, torch.stack([signal["hidden"] for signal in self.signals]))
+        if self.settings.router == "neural" and self.signals:
+            votes = neural_choices(self.settings, torch.stack([signal["hidden"] for signal in self.signals]),
+                                   self._router)
         else:
             votes = [self.choose(signal) for signal in self.signals]
         return AR if 2 * votes.count(AR) > len(votes) else PARALLEL
@@ -130,6 +143,7 @@ class WhiFlashProposer:
     # ------------------------------------------------------------------ proposer protocol
     def start(self, session, prompt_features: torch.Tensor) -> None:
         self.session = session
+        self._router = cpu_router(self.settings.neural_router)
         for name, proposer in self.proposers.items():
             proposer.start(session, prompt_features[..., self._columns[name]])
         # What each drafter has not absorbed, oldest first: (features [B, R, F], rows committed per batch row [B]).

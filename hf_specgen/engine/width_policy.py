@@ -368,8 +368,13 @@ class AcceptanceEstimate:
         return ("block", len(self.reached))
 
     def reach(self) -> int:
-        """The widest width worth a round now: twice the widest the evidence holds (slots past it have a prior only)."""
-        return max(2 * self.widest, 2)
+        """The widest width worth a round now: twice the widest the evidence holds (slots past it have a prior only),
+        or, with a pooled estimate, at least the widest round of its evidence, whose rates are this one's prior
+        (WhiFlash: a vote's estimate held a drafter the router seldom sends rounds to at 2 rows under that vote,
+        however wide it ran under the other; the tiny world's neural router then gave its EAGLE-3 votes on math to
+        chains keeping 2-3 tokens where DFlash's blocks kept 8+. Twice the pooled widest instead cost the real
+        target's WhiFlash replay with bf16 costs 0.5%, which this does not)."""
+        return max(2 * self.widest, self.pooled.widest if self.pooled is not None else 0, 2)
 
     def draft_slots(self, width: int) -> int:
         """The most drafts a round of ``width`` rows can get accepted."""

@@ -95,21 +95,26 @@ def eagle3_acceptance(drafter, target, example, pad_id: int, depth: int) -> tupl
 
 
 @torch.no_grad()
-def router_votes(bundle, target, example) -> list[str]:
+def router_votes(bundle, target, example) -> tuple[list[str], list[bool]]:
     """WhiFlash's router vote in a round after each answer token (index i: after answer token i): the router reads
-    the target at the newest committed token (its logits and its final decoder layer's output), as in a call."""
+    the target at the newest committed token (its logits and its final decoder layer's output), as in a call; and
+    whether the target gave the token that round commits first SURE_PROBABILITY or more (what a plain round there
+    tells the policy: WidthPolicy.observe_sure)."""
     ids, n_prompt = example
     with tapped(target, [len(decoder_layers(target)) - 1]) as tap:
         logits = target(torch.tensor([ids])).logits[0]  # [T, V]
         hidden = tap.features()[0]  # [T, H]
     rng = random.Random(0)
-    return [route(bundle, {"logits": logits[t], "hidden": hidden[t], "position": t}, rng)
-            for t in range(n_prompt, len(ids))]
+    votes = [route(bundle, {"logits": logits[t], "hidden": hidden[t], "position": t}, rng)
+             for t in range(n_prompt, len(ids))]
+    sure = (logits[n_prompt:].float().softmax(-1).amax(-1) >= width_policy.SURE_PROBABILITY).tolist()
+    return votes, sure
 
 
 def add_votes(args, data: dict) -> None:
-    """Router votes for the calls of a data file measured without them: stock's answers decoded again (fp32 greedy,
-    the file's prompts: ``--per-category`` and ``--seed`` as it was made with; each answer's length checked)."""
+    """Router votes (and the target's sure tokens) for the calls of a data file measured without them: stock's answers
+    decoded again (fp32 greedy, the file's prompts: ``--per-category`` and ``--seed`` as it was made with; each
+    answer's length checked)."""
     torch.set_num_threads(args.threads)
     target, tokenizer, _ = load_models(args, torch.float32)
     bundle = hf_specgen.load_drafter(WHIFLASH, dtype=torch.float32).eval()
@@ -122,7 +127,7 @@ def add_votes(args, data: dict) -> None:
         if len(example[0]) - example[1] != call["answer_tokens"]:
             raise ValueError(f"call {n}: stock's answer has {len(example[0]) - example[1]} tokens here, "
                              f"{call['answer_tokens']} in the data file")
-        call["whiflash_votes"] = router_votes(bundle, target, example)
+        call["whiflash_votes"], call["target_sure"] = router_votes(bundle, target, example)
         print(f"{n + 1}/{len(prompts)} {record['category']}: {call['whiflash_votes'].count('eagle3')} of "
               f"{call['answer_tokens']} votes for EAGLE-3", flush=True)
 
@@ -148,10 +153,10 @@ def measure(args) -> dict:
         pad = tokenizer.pad_token_id
         dflash, dflash_confidences = dflash_acceptance(drafters["dflash"], target, example, pad)
         eagle3, eagle3_confidences = eagle3_acceptance(drafters["eagle3"], target, example, pad, args.eagle3_depth)
+        votes, sure = router_votes(bundle, target, example)
         calls.append({"category": record["category"], "answer_tokens": len(answer), "dflash": dflash,
                       "eagle3": eagle3, "dflash_confidences": dflash_confidences,
-                      "eagle3_confidences": eagle3_confidences,
-                      "whiflash_votes": router_votes(bundle, target, example)})
+                      "eagle3_confidences": eagle3_confidences, "whiflash_votes": votes, "target_sure": sure})
         print(f"{n + 1}/{len(prompts)} {record['category']}: {len(answer)} tokens", flush=True)
     return {"calls": calls, "costs": measure_costs(target, tokenizer, drafters)}
 
@@ -221,6 +226,8 @@ def play_round(policy, mode: str, call: dict, committed: int, width: int, widest
         kept = min(accepted[committed - 1], width - 1, total - committed - 1)
         round_seconds = own.model_seconds(width) * noisy
         policy.observe(width, [kept], seconds=round_seconds)
+        if width == 1 and "target_sure" in call:  # (files measured before 2026-11-29 lack it)
+            policy.observe_sure(call["target_sure"][committed - 1])
     return kept, round_seconds
 
 
@@ -358,7 +365,7 @@ def main() -> None:
         data = measure(args)
         data_path.parent.mkdir(parents=True, exist_ok=True)
         data_path.write_text(json.dumps(data))
-    if args.add_votes and "whiflash_votes" not in data["calls"][0]:
+    if args.add_votes and not {"whiflash_votes", "target_sure"} <= set(data["calls"][0]):
         add_votes(args, data)
         data_path.write_text(json.dumps(data))
     if args.costs:

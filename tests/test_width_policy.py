@@ -691,6 +691,78 @@ def test_a_predictable_prompt_after_failing_ones_drafts_from_its_first_round():
     assert choices == [2, 4, 8, 8]
 
 
+def _probes_with_the_target(sure: bool, rounds: int, policy: WidthPolicy, right_from: int | None = None):
+    """``rounds`` rounds of ``policy`` in the middle of a call (no opening probe), every plain step's token one the
+    target was ``sure`` of (or not), every draft wrong until round ``right_from``, then right: the rounds that drafted
+    and what kind of probe each was (None: a drafting round)."""
+    policy.opening_probe = False
+    drafted = []
+    for i in range(rounds):
+        width = policy.choose()
+        if width > 1:
+            drafted.append((i, policy.probing))
+        policy.observe(width, [width - 1 if right_from is not None and i >= right_from else 0])
+        if width == 1:
+            policy.observe_sure(sure)
+    return drafted
+
+
+def test_plain_steps_the_target_is_sure_of_call_a_probe_which_backs_off_while_such_probes_fail():
+    """Plain steps win (every draft is wrong; a probe costs 1.9 plain steps, fp32 on an AVX2-only CPU, so the
+    schedule waits 29 plain rounds). Where the target gave each plain step's token 0.9 or more, 4 such steps in a row
+    call a probe; each that fails doubles the run the next one needs (8, 16, ... up to 64), carried into the next
+    call; any probe that pays brings it back to 4. Where the target is unsure, the schedule alone probes."""
+    dear = CostTable({1: 1.0, 2: 1.6, 4: 1.65, 8: 1.7, 16: 2.0}, draft=0.2)
+    policy = WidthPolicy((1, 2, 4, 8, 16), dear, AcceptanceEstimate(16))
+    drafted = _probes_with_the_target(True, 300, policy)
+    assert drafted[:3] == [(4, "sure"), (13, "sure"), (30, "sure")]  # 4, 8, then 16 sure plain steps
+    assert policy.acceptance.sure_after == width_policy.LAST_PROBE_AFTER
+    assert policy.acceptance.carried().sure_after == width_policy.LAST_PROBE_AFTER
+    unsure = _probes_with_the_target(False, 300, WidthPolicy((1, 2, 4, 8, 16), dear, AcceptanceEstimate(16)))
+    assert [i for i, _ in unsure[:3]] == [29, 59, 92] and {kind for _, kind in unsure} == {"scheduled"}
+
+    # the drafts turn right at round 100: the next probe pays, drafting resumes, and sure runs call probes from 4 on
+    policy = WidthPolicy((1, 2, 4, 8, 16), dear, AcceptanceEstimate(16))
+    drafted = _probes_with_the_target(True, 160, policy, right_from=100)
+    first = next(i for i, kind in drafted if i >= 100)
+    assert [i for i, _ in drafted if i > first] == list(range(first + 1, 160))
+    assert policy.acceptance.sure_after == width_policy.FIRST_SURE_RUN
+
+
+def test_a_predictable_prompt_without_an_opening_probe_drafts_after_a_few_sure_plain_steps():
+    """A call that does not open with a probe (backed off across calls where probes are dear) after calls whose drafts
+    failed: where the target is sure of its tokens, the fourth plain step calls a probe, which keeps its drafts, and
+    drafting widens at once; where it is not, the carried schedule's gap (24 plain rounds) passes first. Before, the
+    tiny world's math prompts after unpredictable ones spent whole answers in plain steps (fp32, kernels capped at
+    AVX2: DFlash's default call 1.74-2.03x stock on math where its fixed block read 2.4x)."""
+    sure = _probes_with_the_target(True, 12, _call_after_failing_drafts(), right_from=0)
+    assert sure[0] == (4, "sure") and [i for i, _ in sure[1:]] == list(range(5, 12))
+    unsure = _probes_with_the_target(False, 30, _call_after_failing_drafts(), right_from=0)
+    assert unsure[0] == (24, "scheduled")
+
+
+def test_each_plain_round_tells_the_policy_whether_the_target_was_sure_of_its_token(monkeypatch):
+    """The loop reads, with a plain round's numbers, whether the target gave its token SURE_PROBABILITY or more: the
+    verdicts the policy gets are stock greedy's own probabilities of the tokens after the first (which the prefill
+    chose), against the threshold. A target with a sharpened head is sure of some tokens and not of others."""
+    target = make_target("qwen3", seed=3)
+    with torch.no_grad():
+        target.lm_head.weight.mul_(12.0)
+    drafter = make_dflash(target, block_size=8)
+    prompt = random_prompt(random.Random(5), 10)
+    stock = target.generate(prompt, max_new_tokens=40, do_sample=False, eos_token_id=None, output_scores=True,
+                            return_dict_in_generate=True)
+    expected = [float(score[0].softmax(-1).max()) >= width_policy.SURE_PROBABILITY for score in stock.scores[1:]]
+    assert 0 < sum(expected) < len(expected)
+    verdicts = []
+    monkeypatch.setattr(WidthPolicy, "choose", lambda self, copying=False: 1)  # every round a plain step
+    monkeypatch.setattr(WidthPolicy, "observe_sure", lambda self, sure: verdicts.append(sure))
+    out = target.generate(prompt, assistant_model=drafter, speculative_mode="dflash", max_new_tokens=40,
+                          do_sample=False, eos_token_id=None, return_dict_in_generate=True, prompt_lookup=False)
+    assert out.sequences.tolist() == stock.sequences.tolist()
+    assert verdicts == expected
+
+
 def test_only_a_call_of_one_prompt_opens_with_a_probe(monkeypatch):
     """A batch's probe first runs the drafter over every row's prompt: the loop gives the opening probe to calls of
     one prompt only, and not to the policy of a batch that shrank to one row."""

@@ -20,6 +20,7 @@ that read the sequence (repetition penalty, ...), trees and routers.
 from __future__ import annotations
 
 import inspect
+import math
 import threading
 import time
 from contextlib import nullcontext
@@ -41,9 +42,11 @@ from .support import (attention_layout, cache_keyword, check_target, hybrid_laye
 from .taps import decoder_layers, tapped
 from .tree import TreeProposal, accept_greedy, accept_sampling, accepted_within_budgets, compact_path
 from .verify import accept_block, check_processors, process_block_logits, target_choices
-from .width_policy import (COPIED, COPY_WIDTH, UNSURE_STOP, AcceptanceEstimate, CopyingWidthPolicy, RoutedWidthPolicy,
-                           TreeAcceptanceEstimate, WidthPolicy, batch_bucket, call_acceptance, cost_key, costs_of,
-                           measure_verify_costs, width_buckets)
+from .width_policy import (COPIED, COPY_WIDTH, SURE_PROBABILITY, UNSURE_STOP, AcceptanceEstimate, CopyingWidthPolicy,
+                           RoutedWidthPolicy, TreeAcceptanceEstimate, WidthPolicy, batch_bucket, call_acceptance,
+                           cost_key, costs_of, measure_verify_costs, width_buckets)
+
+LOG_SURE = math.log(SURE_PROBABILITY)
 
 
 @dataclass
@@ -383,14 +386,16 @@ class SpeculativeDecoder:
         active_rows = list(range(batch))
         # prompt lookup, and whether every active row's next round has a copy at hand
         copy_next, copy_agreement = [False], [0]
+        target_sure = [False]  # a plain round's: whether the target gave every active row's token SURE_PROBABILITY+
         lookup = PromptLookup.for_device(input_ids.device, max(widest, width) - 1) if copying else None
 
-        def commit(result: RoundResult, counts: torch.Tensor, unused_copy: bool = False):
+        def commit(result: RoundResult, counts: torch.Tensor, unused_copy: bool = False, reads_sure: bool = False):
             """Append each active row's kept tokens, judge stopping, and read the round's numbers to the host (the
             round's one transfer): returns them ([kept, done, n_accepted, (FLy: mismatches, rescued), (prompt
             lookup: each row's next round having a copy at hand, and with ``unused_copy`` how many of this round's
-            tokens the copy it did not verify matched), (a tree's accepted drafts within each budget)], each per
-            row) and the rows still active."""
+            tokens the copy it did not verify matched), (``reads_sure``, a plain round: whether the target gave the
+            row's token SURE_PROBABILITY or more), (a tree's accepted drafts within each budget)], each per row) and
+            the rows still active."""
             per_row = result.within_budgets
             agreement = [lookup.agreement_of_unused_copy(session, result.new_tokens)] if unused_copy else []
             kept, done = stop.judge(session, result.new_tokens, counts, active)
@@ -399,7 +404,8 @@ class SpeculativeDecoder:
             session.append_on_device(result.new_tokens, kept)
             # each row's next round having a copy at hand (and the unused copy's agreement) ride the same read
             copies = [lookup.copies_next(session), *agreement] if lookup is not None else []
-            numbers = torch.cat([torch.stack([kept, done.long(), *extras, *copies]),
+            sure = [result.scores[:, 0].float().log_softmax(-1).amax(-1) >= LOG_SURE] if reads_sure else []
+            numbers = torch.cat([torch.stack([kept, done.long(), *extras, *copies, *(s.long() for s in sure)]),
                                  *([per_row.T] if per_row is not None else [])]).tolist()
             kept_host, done_host = numbers[0], numbers[1]
             session.advance_host_lengths(kept_host)
@@ -423,6 +429,8 @@ class SpeculativeDecoder:
             if copies:
                 copy_next[0] = all(numbers[2 + len(extras)][b] for b in still_active)
                 copy_agreement[0] = numbers[3 + len(extras)][0] if unused_copy else 0
+            if sure:
+                target_sure[0] = all(numbers[2 + len(extras) + len(copies)][b] for b in active_rows)
             return numbers, still_active
 
         try:
@@ -558,7 +566,10 @@ class SpeculativeDecoder:
                     # a round with a copy at hand that verified the drafter's block or a plain step: what the copy
                     # would have kept is read with the round's numbers, for the copy's estimate
                     unused_copy = copy_next[0] and not copies_alone and hasattr(policy, "observe_unused_copy")
-                    numbers, still_active = commit(result, counts, unused_copy)  # the new tokens are in the session
+                    # a plain round reads whether the target was sure of its token: sure ones in a row call a probe
+                    reads_sure = round_width == 1 and hasattr(policy, "observe_sure")
+                    # (the new tokens are in the session after this)
+                    numbers, still_active = commit(result, counts, unused_copy, reads_sure)
                     features = result.features
                     if features is not None and self.compile_steps:
                         features = features.clone()  # a graph replay (or the re-feed below) would overwrite it
@@ -599,6 +610,8 @@ class SpeculativeDecoder:
                         policy.observe(round_width, [numbers[2][b] for b in active_rows], seconds, within, verified)
                         if unused_copy:  # (the verified tokens, a stopping row's included, are the target's)
                             policy.observe_unused_copy(copy_agreement[0], numbers[2][0] + 1)
+                        if reads_sure:
+                            policy.observe_sure(target_sure[0])
                         stats.round_widths.append(round_width)
                     if observe is not None and still_active:  # each row's newest committed token
                         rows, newest = torch.arange(batch, device=result.logits.device), result.n_accepted

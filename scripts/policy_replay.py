@@ -19,7 +19,10 @@ engine does on a CPU, and prints the replay without that beside it (and DFlash's
 ``--whiflash`` replays WhiFlash's default call too (``RoutedWidthPolicy`` over both drafters, each round's context the
 router's vote there, EAGLE-3's rounds stopping when unsure, both drafters on one verify table as in its calls), and
 beside it the same with the vote ignored; it needs the router's vote after every answer token, which files measured
-before 2026-11-28 (a later session) lack and ``--add-votes`` adds (decoding stock's answers again).
+before 2026-11-28 (a later session) lack and ``--add-votes`` adds (decoding stock's answers again). ``--add-votes``
+also adds the target's verdict on every answer token (whether it gave it SURE_PROBABILITY or more), which a replayed
+plain round hands the policy as the engine's does (``WidthPolicy.observe_sure``; files without it replay the calls as
+they were before 2026-11-29, a later session).
 
 Variants set the module's constants: ``--variant carried4=CARRIED_WEIGHT:4``. ``--costs FILE`` replays the same
 calls under another cost table (this machine's, in ``--costs-dtype``, measured into FILE when it does not exist):
@@ -355,8 +358,9 @@ def main() -> None:
                         help="replay WhiFlash's default call too (both drafters then share one verify table, as in "
                              "its calls); needs the router's votes, which --add-votes adds to a file made without them")
     parser.add_argument("--add-votes", action="store_true",
-                        help="compute the router's votes for the data file's calls (decoding stock's answers again: "
-                             "pass the --per-category and --seed the file was made with) and write them into it")
+                        help="compute the router's votes and the target's sure tokens for the data file's calls "
+                             "(decoding stock's answers again: pass the --per-category and --seed the file was made "
+                             "with) and write them into it")
     args = parser.parse_args()
     data_path = Path(args.data)
     if data_path.exists():

@@ -37,8 +37,11 @@ a call: while they keep failing, a call opens with one only every 2, 4, up to 8 
 schedule), and any probe that pays brings them back to every call. A probe that
 keeps at least half its drafts means the text changed (code, copying, lists): the old evidence is dropped and
 drafting resumes at once, widening at most twice per round past the widest round the new evidence holds (a probe of
-2 rows says nothing about slot 10); the estimate then follows the new rounds. Where a probe costs much more than a
-plain step, scheduled probes are further apart, so that failed ones waste at most 1/32 of the time.
+2 rows says nothing about slot 10); the estimate then follows the new rounds. A plain step's target is free evidence
+too: once the target gave SURE_PROBABILITY or more to each of the last ``sure_after`` plain steps' tokens (4, doubled
+after each such probe that fails, back to 4 once any probe pays), a probe runs whatever the schedule. Where a probe
+costs much more than a plain step, scheduled probes are further apart, so that failed ones waste at most 1/32 of the
+time.
 
 The clock overrules the cost model: once this call has run 3 rounds of a width, that width costs the median of its
 last 8 whole rounds (drafting, verify, commit and the host sync: what the model's forwards leave out), and widths

@@ -43,7 +43,8 @@ def cells(data: dict, call: str) -> dict[str, list[float]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--costs", help="a cost table measured by scripts/policy_replay.py --costs (default: the data's)")
+    parser.add_argument("--costs",
+                        help="a cost table measured by scripts/policy_replay.py --costs (default: the data's)")
     args = parser.parse_args()
     table: dict[str, dict[str, list[float]]] = {}
     for path in SETS:

@@ -567,7 +567,7 @@ class SpeculativeDecoder:
                     # would have kept is read with the round's numbers, for the copy's estimate
                     unused_copy = copy_next[0] and not copies_alone and hasattr(policy, "observe_unused_copy")
                     # a plain round reads whether the target was sure of its token: sure ones in a row call a probe
-                    reads_sure = round_width == 1 and hasattr(policy, "observe_sure")
+                    reads_sure = policy is not None and round_width == 1
                     # (the new tokens are in the session after this)
                     numbers, still_active = commit(result, counts, unused_copy, reads_sure)
                     features = result.features

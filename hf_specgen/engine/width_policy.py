@@ -936,12 +936,10 @@ class PolicyOfPolicies:
         return self.current.confident_width(chosen, confidences, call_rate)
 
     def observe_sure(self, sure: bool) -> None:
-        """The target's confidence in a plain round is a fact of the text: every part's count follows it."""
+        """The target's confidence in a plain round is a fact of the text: every part's count follows it (``parts``:
+        each subclass's policies)."""
         for part in self.parts():
             part.observe_sure(sure)
-
-    def parts(self) -> list:
-        return [self.current]
 
     def set_rows(self, row_ids: list[int], tokens_left: list[int], rows_leave: bool) -> None:
         """Not used: these policies rate the mean row (a router's rounds keep the whole batch; prompt lookup's

@@ -741,6 +741,49 @@ def test_a_predictable_prompt_without_an_opening_probe_drafts_after_a_few_sure_p
     assert unsure[0] == (24, "scheduled")
 
 
+def _dear_chain_policy() -> WidthPolicy:
+    """A draft LM's policy where drafting is dear (fp32 on an AVX2 CPU: the tiny world's draft LM drafts a token in
+    half a plain step, and a 2-row verify costs 1.5): a probe verifies 2 rows, and before any evidence plain steps
+    rate best."""
+    return WidthPolicy((1, 2, 4, 8), CostTable({1: 1.0, 2: 1.5, 4: 1.6, 8: 1.75}, draft=3.5), AcceptanceEstimate(8),
+                       draft_share=lambda w: (w - 1) / 7)
+
+
+def test_a_probe_that_passes_where_plain_steps_still_rate_best_is_followed_by_wider_ones(monkeypatch):
+    """A 2-row probe that keeps its draft drops the old evidence, and the new estimate's prior past slot 1 still rates
+    plain steps best: the next round probes twice as wide, keeping the first probe's evidence, and once the drafts
+    are seen right at 4 rows drafting pays and goes on. Without the follow-up, such a call drafted 3 rounds of 40 (the
+    tiny world's draft LM on its math prompts, fp32 with the kernels capped at AVX2: tau 1.05, 0.97x stock; with it
+    2.59, 1.08x). A follow-up that fails ends the probes: plain steps again."""
+    policy, widths = _dear_chain_policy(), []
+    policy.opening_probe = False
+    for i in range(12):
+        width = policy.choose()
+        widths.append((width, policy.probing))
+        policy.observe(width, [width - 1])  # every draft right
+        if width == 1:
+            policy.observe_sure(True)
+    assert widths[4:6] == [(2, "sure"), (4, "follow-up")]
+    assert all(width > 1 and probing is None for width, probing in widths[6:])
+    assert policy.acceptance.reached[1] > 2  # the follow-up kept the first probe's evidence (both rounds count)
+
+    without = _dear_chain_policy()
+    monkeypatch.setattr(WidthPolicy, "follow_up_width", lambda self: None)
+    assert len(_probes_with_the_target(True, 40, without, right_from=0)) == 3
+    monkeypatch.undo()
+
+    failing = _dear_chain_policy()
+    failing.opening_probe = False
+    rounds = []
+    for i in range(7):
+        width = failing.choose()
+        rounds.append((width, failing.probing))
+        failing.observe(width, [1 if failing.probing == "sure" else 0])  # the probe's one draft right, then none
+        if width == 1:
+            failing.observe_sure(True)
+    assert rounds == [(1, None)] * 4 + [(2, "sure"), (4, "follow-up"), (1, None)]
+
+
 def test_each_plain_round_tells_the_policy_whether_the_target_was_sure_of_its_token(monkeypatch):
     """The loop reads, with a plain round's numbers, whether the target gave its token SURE_PROBABILITY or more: the
     verdicts the policy gets are stock greedy's own probabilities of the tokens after the first (which the prefill
@@ -1420,6 +1463,29 @@ def test_whiflash_default_call_probes_with_each_drafter_in_turn_while_plain_step
     probes = [d for d, w in chosen[:40] if w > 1]
     assert probes[:2] == ["dflash", "eagle3"]  # DFlash, the more promising, probes first; then EAGLE-3
     assert chosen[-48:].count(("eagle3", 4)) >= 40
+
+
+def test_whiflash_default_call_gives_the_drafter_whose_probe_passed_the_turn_for_its_follow_up():
+    """Plain steps pay for both drafters (as in the test above) and EAGLE-3 ran the last probe, so the turn would go
+    to DFlash; but EAGLE-3's 2-row probe passed without making its drafting rate best, so the round is its wider
+    follow-up (WidthPolicy.follow_up_width), not DFlash's probe."""
+    def routed():
+        policy, used = _routed_policy(dflash_draft=0.5)
+        for name, rate, rounds in (("eagle3", 0.0, 20.0), ("dflash", 0.35, 200.0)):
+            for estimate in (policy.pooled[name], *policy.estimates[name].values()):
+                estimate.reached = [rounds] * len(estimate.reached)
+                estimate.accepted = [rate * rounds] * len(estimate.accepted)
+                estimate.widest = len(estimate.reached)
+        policy.last_prober = "eagle3"
+        return policy, used
+
+    policy, used = routed()
+    chain = policy.policies["eagle3"]
+    chain.probing, chain.passed_width = "sure", 2
+    assert policy.choose() == 4 and used[-1] == "eagle3" and chain.probing == "follow-up"
+    policy, used = routed()
+    policy.choose()
+    assert used[-1] == "dflash"  # no probe passed: the turns as before
 
 
 def test_whiflash_default_call_probes_under_each_router_vote_on_that_votes_plain_rounds():

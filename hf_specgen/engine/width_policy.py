@@ -37,7 +37,9 @@ a call: while they keep failing, a call opens with one only every 2, 4, up to 8 
 schedule), and any probe that pays brings them back to every call. A probe that
 keeps at least half its drafts means the text changed (code, copying, lists): the old evidence is dropped and
 drafting resumes at once, widening at most twice per round past the widest round the new evidence holds (a probe of
-2 rows says nothing about slot 10); the estimate then follows the new rounds. A plain step's target is free evidence
+2 rows says nothing about slot 10); the estimate then follows the new rounds. Where plain steps still rate best after
+it (a 2-row probe leaves every slot past the first at its prior), the next round is a probe of the next wider width,
+whose evidence is added to the first's, until drafting rates best or one fails (follow_up_width). A plain step's target is free evidence
 too: once the target gave SURE_PROBABILITY or more to each of the last ``sure_after`` plain steps' tokens (4, doubled
 after each such probe that fails, back to 4 once any probe pays), a probe runs whatever the schedule. Where a probe
 costs much more than a plain step, scheduled probes are further apart, so that failed ones waste at most 1/32 of the
@@ -527,7 +529,10 @@ class WidthPolicy:
         self.acceptance = acceptance
         self.plain_streak = 0
         self.sure_run = 0  # the plain steps in a row, up to the last, whose token the target was sure of (observe_sure)
-        self.probing: str | None = None  # this round's probe: "scheduled" (after plain_streak), "opening" or "sure"
+        # this round's probe: "scheduled" (after plain_streak), "opening", "sure" or "follow-up" (a wider one after a
+        # probe that passed, where plain steps still rate best: follow_up_width)
+        self.probing: str | None = None
+        self.passed_width: int | None = None  # the width of the last round, where it was a probe that passed
         # a call of one prompt is new text: where the carried evidence says plain steps, its first round that would
         # be plain probes instead, outside the backed-off schedule (a failed one leaves the gap as it is), so a
         # predictable prompt after unpredictable ones drafts from its start, not after up to 64 plain rounds. Not in
@@ -740,6 +745,10 @@ class WidthPolicy:
                 self.acceptance.sure_after = FIRST_SURE_RUN
             self.probing, self.opening_probe = None, False
             return self.exploring(best)
+        wider = self.follow_up_width()
+        if wider is not None:  # the last probe passed, yet says too little to draft on: a wider one follows
+            self.probing, self.plain_streak, self.sure_run = "follow-up", 0, 0
+            return wider
         if self.probing == "scheduled":  # the probe did not pay: wait twice as long before the next
             self.acceptance.probe_after = min(2 * self.acceptance.probe_after, LAST_PROBE_AFTER)
         elif self.probing == "opening":  # likewise, counted in calls (read only where probes are dear)
@@ -761,6 +770,19 @@ class WidthPolicy:
             self.probing = "opening" if opening else "scheduled" if scheduled else "sure"
             return self.probe_width()
         return 1
+
+    def follow_up_width(self) -> int | None:
+        """After a probe that passed (kept half its drafts or more) where plain steps still rate best: the next wider
+        width within reach, for one more probe, or None. A passed probe drops the old evidence, and a narrow one
+        leaves the new estimate at its prior past its few slots: where a probe costs about two plain steps (fp32 on
+        an AVX2 CPU, where it verifies 2 rows) that prior rated drafting below plain steps after every probe that
+        passed, and the tiny world's draft LM ran its math prompts in plain steps (tau 1.03, 1.00x stock) where a
+        fixed 7 drafts gave 1.14x. Each follow-up that passes widens once more (its evidence is kept: the text
+        changed at the first); one that fails, or one at the widest width within reach, ends the run of probes."""
+        if not self.probing or self.passed_width is None or not self.drafting_could_pay():
+            return None
+        reach = self.acceptance.reach()
+        return min((w for w in self.widths[1:] if self.passed_width < w <= reach), default=None)
 
     def observe_sure(self, sure: bool) -> None:
         """A plain round's verdict on the target's confidence: whether it gave its token (every active row's)
@@ -873,9 +895,14 @@ class WidthPolicy:
             self.costs.learn_draft(statistics.median(drafts))
 
     def probe_passed(self, width: int, accepted_per_row: list[int], rows: int | None = None) -> bool:
-        """Whether this round was a probe that kept half its drafts or more: the text has changed."""
+        """Whether this round was a probe that kept half its drafts or more."""
         slots = self.acceptance.draft_slots(min(width, rows or width))
         return width > 1 and bool(self.probing) and 2 * sum(accepted_per_row) >= slots * len(accepted_per_row)
+
+    def text_changed(self, width: int, accepted_per_row: list[int], rows: int | None = None) -> bool:
+        """Whether this round was a probe that passed after plain steps (not a follow-up of one that did): the text
+        has changed, and the evidence from before says nothing about it."""
+        return self.probing != "follow-up" and self.probe_passed(width, accepted_per_row, rows)
 
     def observe(self, width: int, accepted_per_row: list[int], seconds: float | None = None,
                 within: dict[int, list[int]] | None = None, rows: int | None = None) -> None:
@@ -884,7 +911,8 @@ class WidthPolicy:
         TreeAcceptanceEstimate); ``rows``: the rows actually verified, where the drafter had fewer than ``width``
         (a router's shorter block)."""
         self._batch_rates = None
-        if self.probe_passed(width, accepted_per_row, rows):
+        self.passed_width = width if self.probe_passed(width, accepted_per_row, rows) else None
+        if self.text_changed(width, accepted_per_row, rows):
             self.acceptance.forget()  # judge the new text on its own
         if seconds:
             self.clocked.setdefault(width, deque(maxlen=CLOCKED_ROUNDS)).append(seconds)
@@ -1032,7 +1060,11 @@ class RoutedWidthPolicy(PolicyOfPolicies):
             # plain steps pay best: one drafter's policy takes the round and runs its probe when one is due, the
             # most promising drafter's unless it ran the last probe, so that probes take turns between the drafters
             # at the rate of one drafter's schedule; not to a drafter that never probes here (no drafting width of
-            # its could pay even if every draft were kept), which would hold the turn for good
+            # its could pay even if every draft were kept), which would hold the turn for good. A drafter whose probe
+            # just passed keeps the turn for its wider follow-up (WidthPolicy.follow_up_width).
+            following = [name for name, policy in self.policies.items() if policy.follow_up_width() is not None]
+            if following:
+                return following[0], False
             if best == self.last_prober and self.policies[other].drafting_could_pay():
                 return other, False
             return best, False
@@ -1088,7 +1120,7 @@ class RoutedWidthPolicy(PolicyOfPolicies):
     def observe(self, width: int, accepted_per_row: list[int], seconds: float | None = None, within=None,
                 rows: int | None = None) -> None:
         name = self.round_drafters[-1]
-        if self.current.probe_passed(width, accepted_per_row, rows):
+        if self.current.text_changed(width, accepted_per_row, rows):
             # the text changed for this drafter: its evidence under every vote goes, and over all (the prior of each
             # vote's estimate: kept, it would hold the new text to the old one's rates past the probe's width), and
             # it drafts once again soon where the other drafter leads

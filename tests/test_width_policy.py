@@ -754,7 +754,7 @@ def test_a_probe_that_passes_where_plain_steps_still_rate_best_is_followed_by_wi
     plain steps best: the next round probes twice as wide, keeping the first probe's evidence, and once the drafts
     are seen right at 4 rows drafting pays and goes on. Without the follow-up, such a call drafted 3 rounds of 40 (the
     tiny world's draft LM on its math prompts, fp32 with the kernels capped at AVX2: tau 1.05, 0.97x stock; with it
-    2.59, 1.08x). A follow-up that fails ends the probes: plain steps again."""
+    2.59, 1.08x). A follow-up that fails ends the probes: plain steps again. WhiFlash's drafters do not follow up."""
     policy, widths = _dear_chain_policy(), []
     policy.opening_probe = False
     for i in range(12):
@@ -782,6 +782,15 @@ def test_a_probe_that_passes_where_plain_steps_still_rate_best_is_followed_by_wi
         if width == 1:
             failing.observe_sure(True)
     assert rounds == [(1, None)] * 4 + [(2, "sure"), (4, "follow-up"), (1, None)]
+
+    # not under WhiFlash's router, where the other drafter's estimate is the rival (a chain's short probes pass easily)
+    routed, _ = _routed_policy(dflash_draft=0.5)
+    chain = routed.policies["eagle3"]
+    chain.acceptance.observe(2, [1])  # its 2-row probe kept its draft
+    chain.probing, chain.passed_width = "sure", 2
+    assert chain.follow_up_width() is None
+    chain.follows_up = True
+    assert chain.follow_up_width() == 4
 
 
 def test_each_plain_round_tells_the_policy_whether_the_target_was_sure_of_its_token(monkeypatch):
@@ -1463,29 +1472,6 @@ def test_whiflash_default_call_probes_with_each_drafter_in_turn_while_plain_step
     probes = [d for d, w in chosen[:40] if w > 1]
     assert probes[:2] == ["dflash", "eagle3"]  # DFlash, the more promising, probes first; then EAGLE-3
     assert chosen[-48:].count(("eagle3", 4)) >= 40
-
-
-def test_whiflash_default_call_gives_the_drafter_whose_probe_passed_the_turn_for_its_follow_up():
-    """Plain steps pay for both drafters (as in the test above) and EAGLE-3 ran the last probe, so the turn would go
-    to DFlash; but EAGLE-3's 2-row probe passed without making its drafting rate best, so the round is its wider
-    follow-up (WidthPolicy.follow_up_width), not DFlash's probe."""
-    def routed():
-        policy, used = _routed_policy(dflash_draft=0.5)
-        for name, rate, rounds in (("eagle3", 0.0, 20.0), ("dflash", 0.35, 200.0)):
-            for estimate in (policy.pooled[name], *policy.estimates[name].values()):
-                estimate.reached = [rounds] * len(estimate.reached)
-                estimate.accepted = [rate * rounds] * len(estimate.accepted)
-                estimate.widest = len(estimate.reached)
-        policy.last_prober = "eagle3"
-        return policy, used
-
-    policy, used = routed()
-    chain = policy.policies["eagle3"]
-    chain.probing, chain.passed_width = "sure", 2
-    assert policy.choose() == 4 and used[-1] == "eagle3" and chain.probing == "follow-up"
-    policy, used = routed()
-    policy.choose()
-    assert used[-1] == "dflash"  # no probe passed: the turns as before
 
 
 def test_whiflash_default_call_probes_under_each_router_vote_on_that_votes_plain_rounds():

@@ -35,15 +35,15 @@ costs more than a quarter more than a plain step (fp32 on a CPU without bf16 uni
 opening one also runs the drafter over the prompt), opening probes back off across calls as scheduled ones do within
 a call: while they keep failing, a call opens with one only every 2, 4, up to 8 calls (the others wait for the
 schedule), and any probe that pays brings them back to every call. A probe that
-keeps at least half its drafts means the text changed (code, copying, lists): the old evidence is dropped and
-drafting resumes at once, widening at most twice per round past the widest round the new evidence holds (a probe of
-2 rows says nothing about slot 10); the estimate then follows the new rounds. Where plain steps still rate best after
-it (a 2-row probe leaves every slot past the first at its prior), the next round is a probe of the next wider width,
-whose evidence is added to the first's, until drafting rates best or one fails (follow_up_width). A plain step's target is free evidence
-too: once the target gave SURE_PROBABILITY or more to each of the last ``sure_after`` plain steps' tokens (4, doubled
-after each such probe that fails, back to 4 once any probe pays), a probe runs whatever the schedule. Where a probe
-costs much more than a plain step, scheduled probes are further apart, so that failed ones waste at most 1/32 of the
-time.
+keeps at least half its drafts means the text changed (code, copying, lists): the old evidence is dropped and drafting
+resumes at once, widening at most twice per round past the widest round the new evidence holds (a probe of 2 rows says
+nothing about slot 10); the estimate then follows the new rounds. Where plain steps still rate best after it (a 2-row
+probe leaves every slot past the first at its prior), the next round is a probe of the next wider width, whose evidence
+is added to the first's, until drafting rates best or one fails (follow_up_width). A plain step's target is free
+evidence too: once the target gave SURE_PROBABILITY or more to each of the last ``sure_after`` plain steps' tokens (4,
+doubled after each such probe that fails, back to 4 once any probe pays), a probe runs whatever the schedule. Where a
+probe costs much more than a plain step, scheduled probes are further apart, so that failed ones waste at most 1/32 of
+the time.
 
 The clock overrules the cost model: once this call has run 3 rounds of a width, that width costs the median of its
 last 8 whole rounds (drafting, verify, commit and the host sync: what the model's forwards leave out), and widths
@@ -533,6 +533,7 @@ class WidthPolicy:
         # probe that passed, where plain steps still rate best: follow_up_width)
         self.probing: str | None = None
         self.passed_width: int | None = None  # the width of the last round, where it was a probe that passed
+        self.follows_up = True  # whether a probe that passed is followed by wider ones (not under a router)
         # a call of one prompt is new text: where the carried evidence says plain steps, its first round that would
         # be plain probes instead, outside the backed-off schedule (a failed one leaves the gap as it is), so a
         # predictable prompt after unpredictable ones drafts from its start, not after up to 64 plain rounds. Not in
@@ -779,7 +780,7 @@ class WidthPolicy:
         passed, and the tiny world's draft LM ran its math prompts in plain steps (tau 1.03, 1.00x stock) where a
         fixed 7 drafts gave 1.14x. Each follow-up that passes widens once more (its evidence is kept: the text
         changed at the first); one that fails, or one at the widest width within reach, ends the run of probes."""
-        if not self.probing or self.passed_width is None or not self.drafting_could_pay():
+        if not (self.follows_up and self.probing and self.passed_width is not None and self.drafting_could_pay()):
             return None
         reach = self.acceptance.reach()
         return min((w for w in self.widths[1:] if self.passed_width < w <= reach), default=None)
@@ -1022,6 +1023,12 @@ class RoutedWidthPolicy(PolicyOfPolicies):
         self.refed_rounds: set[int] = set()
         self.drafted_rows: dict[int, int] = {}  # (EAGLE-3's rounds that stopped unsure: WidthPolicy.drafted_rows)
         for policy in policies.values():
+            # no follow-up probes (WidthPolicy.follow_up_width): here the other drafter's estimate is the rival, and a
+            # chain's short probes pass easily. Following up at the drafter's next turn, the tiny world's math
+            # (fp32, AVX2 kernels) read 1.29x stock, tau 2.72, where the bench before read 2.39x, 6.73; following up
+            # at once (the next round theirs), math tau went from 7.04 to 4.06 in bf16 (EAGLE-3's follow-ups took
+            # rounds DFlash's blocks would have drafted)
+            policy.follows_up = False
             policy.clocked[1] = plain_clock
             policy.whole_block_rounds, policy.refed_rounds = self.whole_block_rounds, self.refed_rounds
             policy.drafted_rows = self.drafted_rows
@@ -1060,11 +1067,7 @@ class RoutedWidthPolicy(PolicyOfPolicies):
             # plain steps pay best: one drafter's policy takes the round and runs its probe when one is due, the
             # most promising drafter's unless it ran the last probe, so that probes take turns between the drafters
             # at the rate of one drafter's schedule; not to a drafter that never probes here (no drafting width of
-            # its could pay even if every draft were kept), which would hold the turn for good. A drafter whose probe
-            # just passed keeps the turn for its wider follow-up (WidthPolicy.follow_up_width).
-            following = [name for name, policy in self.policies.items() if policy.follow_up_width() is not None]
-            if following:
-                return following[0], False
+            # its could pay even if every draft were kept), which would hold the turn for good
             if best == self.last_prober and self.policies[other].drafting_could_pay():
                 return other, False
             return best, False

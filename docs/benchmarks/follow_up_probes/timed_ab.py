@@ -1,49 +1,94 @@
 """The tiny world's default call with and without follow-up probes (WidthPolicy.follow_up_width), beside stock
-`generate`, in one process: each variant has its own drafter object (so its own carried estimates), the three
-interleaved, 3 repeats, the median per category; tau from the first repeat.
+`generate`, in one process: each variant has its own drafter object (so its own carried estimates), the variants
+interleaved, 3 repeats, the speed over stock's as the median per category; tau from the first repeat.
 
     python docs/benchmarks/follow_up_probes/timed_ab.py classic code,math,prose float32
     python docs/benchmarks/follow_up_probes/timed_ab.py whiflash code,math,prose bfloat16
 
 With MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 for an AVX2-only CPU's fp32.
+``--turn`` adds a variant whose RoutedWidthPolicy gives no drafter the next round for its follow-up (commit 3415242
+did; run this file copied into a checkout of it: later code gives none, and there the variant equals the default).
 """
+
+import argparse
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
-from pathlib import Path
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
-from transformers import AutoModelForCausalLM, AutoTokenizer
-import hf_specgen
-from hf_specgen.engine import width_policy as wp
-from hf_specgen.bench.prompt_sets import load_prompt_set, chat_ids
+
+import hf_specgen  # noqa: E402
+from hf_specgen.bench.prompt_sets import chat_ids, load_prompt_set  # noqa: E402
+from hf_specgen.engine import width_policy  # noqa: E402
+
+DRAFTERS = {"eagle3": "specgen-tiny-eagle3", "dflash": "specgen-tiny-dflash-b16", "whiflash": "specgen-tiny-whiflash"}
+
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument("mode", choices=("classic", *DRAFTERS))
+parser.add_argument("categories", help="comma-separated tiny-world categories, in the order run")
+parser.add_argument("dtype", choices=("float32", "bfloat16"))
+parser.add_argument("--turn", action="store_true")
+args = parser.parse_args()
 torch.set_num_threads(1)
-mode, cats, dtype = sys.argv[1], sys.argv[2].split(","), getattr(torch, sys.argv[3])
-H = str(ROOT / "hub_models") + "/"
-tok = AutoTokenizer.from_pretrained(H + "specgen-tiny")
-target = AutoModelForCausalLM.from_pretrained(H + "specgen-tiny", dtype=dtype)
+dtype, models = getattr(torch, args.dtype), ROOT / "hub_models"
+tokenizer = AutoTokenizer.from_pretrained(models / "specgen-tiny")
+target = AutoModelForCausalLM.from_pretrained(models / "specgen-tiny", dtype=dtype)
 hf_specgen.enable(target)
-def load():
-    return (AutoModelForCausalLM.from_pretrained(H + "specgen-tiny-draft", dtype=dtype) if mode == "classic"
-         else hf_specgen.load_drafter(H + {"eagle3": "specgen-tiny-eagle3", "dflash": "specgen-tiny-dflash-b16", "whiflash": "specgen-tiny-whiflash"}[mode], dtype=dtype))
-drafters = {"follow-up": load(), "without": load()}
-real = wp.WidthPolicy.follow_up_width
-prompts = [(c, chat_ids(tok, p["prompt"])) for c in cats for p in [p for p in load_prompt_set("tinyworld") if p["category"] == c][:10]]
-times = {}; taus = {}
-for rep in range(3):
-    for name in ("stock", "follow-up", "without"):
-        wp.WidthPolicy.follow_up_width = real if name != "without" else (lambda self: None)
-        for c, ids in prompts:
-            t = time.perf_counter()
+
+
+def load_drafter():
+    if args.mode == "classic":
+        return AutoModelForCausalLM.from_pretrained(models / "specgen-tiny-draft", dtype=dtype)
+    return hf_specgen.load_drafter(str(models / DRAFTERS[args.mode]), dtype=dtype)
+
+
+variants = ["follow-up", *(["no-turn"] if args.turn else []), "without"]
+drafters = {name: load_drafter() for name in variants}
+follow_up_width, drafter_for = width_policy.WidthPolicy.follow_up_width, width_policy.RoutedWidthPolicy._drafter_for
+
+
+def no_turn(self, vote, context):  # no follow-up while the router's policy picks the round's drafter
+    width_policy.WidthPolicy.follow_up_width = lambda policy: None
+    try:
+        return drafter_for(self, vote, context)
+    finally:
+        width_policy.WidthPolicy.follow_up_width = follow_up_width
+
+
+categories = args.categories.split(",")
+prompts = [(category, chat_ids(tokenizer, p["prompt"])) for category in categories
+           for p in [p for p in load_prompt_set("tinyworld") if p["category"] == category][:10]]
+totals = {}  # (variant, category) -> per repeat [tokens, seconds, rounds]
+for repeat in range(3):
+    for name in ["stock", *variants]:
+        width_policy.WidthPolicy.follow_up_width = follow_up_width if name != "without" else lambda policy: None
+        width_policy.RoutedWidthPolicy._drafter_for = no_turn if name == "no-turn" else drafter_for
+        for category, ids in prompts:
+            start = time.perf_counter()
             if name == "stock":
-                out = target.generate(ids, do_sample=False, max_new_tokens=192); n = out.shape[1] - ids.shape[1]; r = n
+                out = target.generate(ids, do_sample=False, max_new_tokens=192)
+                tokens = rounds = out.shape[1] - ids.shape[1]
             else:
-                out = target.generate(ids, assistant_model=drafters[name], speculative_mode=mode, max_new_tokens=192, return_dict_in_generate=True)
-                n = out.sequences.shape[1] - ids.shape[1]; r = len(out.speculative_stats.acceptance_lengths)
-            d = times.setdefault((name, c), [[0, 0.0, 0] for _ in range(3)])[rep]
-            d[0] += n; d[1] += time.perf_counter() - t; d[2] += r
-for c in cats:
-    base = statistics.median(n / s for n, s, _ in times[("stock", c)])
-    print(c, " ".join(f"{name}: {statistics.median(n / s for n, s, _ in times[(name, c)]) / base:.3f}x tau {times[(name, c)][0][0] / times[(name, c)][0][2]:.2f}" for name in ("follow-up", "without")))
+                out = target.generate(ids, assistant_model=drafters[name], speculative_mode=args.mode,
+                                      max_new_tokens=192, return_dict_in_generate=True)
+                tokens = out.sequences.shape[1] - ids.shape[1]
+                rounds = len(out.speculative_stats.acceptance_lengths)
+            total = totals.setdefault((name, category), [[0, 0.0, 0] for _ in range(3)])[repeat]
+            total[0] += tokens
+            total[1] += time.perf_counter() - start
+            total[2] += rounds
+
+
+def speed(name, category):
+    return statistics.median(tokens / seconds for tokens, seconds, _ in totals[name, category])
+
+
+for category in categories:
+    print(category, " ".join(f"{name}: {speed(name, category) / speed('stock', category):.3f}x tau "
+                             f"{totals[name, category][0][0] / totals[name, category][0][2]:.2f}"
+                             for name in variants))

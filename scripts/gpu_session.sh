@@ -49,6 +49,10 @@
 #   hf_specgen/training/data/gsm8k_train.jsonl.gz and hub_models/specgen-tiny*/tokenizer.json were untracked too (none
 #   is read on the GPU): then three parts of 43.2 MB (the wheel cut at 26.4 MB and 49.8 MB, the DFlash and EAGLE-3
 #   weights and the gguf wheel beside them) fit 64 MiB a call. Prepared so for the fifth session, which got no machine.
+#   With 67k answers (2026-11-29: 263 shards, 30 MB; the tracked tree 169 MB, 50 MB without hub_models' weights) the
+#   shards no longer fit beside a wheel part: untrack all but the first ~60 shards for the session too and carry the
+#   rest in the stash calls' .gpu_carry folders beside the wheel parts (files named train-NNNNN.jsonl.gz); stage launch
+#   adds every stashed shard to its snapshot. Device time is 15 minutes a session now, machine start included.
 set -uo pipefail
 STAGE=$1
 OUT=${2:-gpu_session_out}
@@ -135,6 +139,8 @@ launch)  # (after stash; carries the wheel's last part) the real target, then jo
     echo "continuing the shipped $kind drafter"
   done
   mkdir -p /root/landed /root/export && cp -r datasets/smollm2-135m-instruct-distill/data /root/landed/
+  # shards carried by stash calls (untracked for the session, as the tree could not hold them all) join the snapshot
+  cp -n "$STASH"/train-*.jsonl.gz /root/landed/data/ 2>/dev/null || true
   rm -f /root/landed/data/train-0005[45].jsonl.gz  # held out: offline_tau.py --shards 54 55 scores every drafter
   echo "snapshot: $(ls /root/landed/data | wc -l) shards"
   export TRAIN_DATA=/root/landed

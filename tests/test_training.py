@@ -619,6 +619,40 @@ def test_sharded_regenerate_writes_a_dataset_folder_that_resumes_and_trainers_re
         main(args + ["--out", str(shared), "--shard-size", "4", "--worker", "2/2"])
 
 
+def test_a_second_regenerate_into_the_same_folder_is_refused_and_no_shard_is_written_short(mini_world, tmp_path,
+                                                                                           monkeypatch):
+    """The same command run twice (2026-11-29: two runs answered the real target's shard 263 into one partial file;
+    the second to finish found it gone and wrote the shard with no answers): a run that finds another writing the
+    same worker's shards is refused before it answers anything; a shard whose partial file lost answers is not
+    written (the next run answers what is missing)."""
+    from hf_specgen.cli import main
+    from hf_specgen.training import regenerate
+
+    args = ["data", "regenerate", "--target", str(mini_world / "target"), "--data", str(mini_world / "prompts.jsonl"),
+            "--max-new-tokens", "6", "--batch-size", "3", "--samples-per-prompt", "0", "--limit", "8",
+            "--shard-size", "4"]
+    folder = tmp_path / "dataset"
+    with regenerate._only_run_writing(folder / "partial" / "worker-0-of-1.lock", "a test's shards"):
+        with pytest.raises(RuntimeError, match="another `specgen data regenerate` is writing"):
+            main(args + ["--out", str(folder)])
+    assert not (folder / "data").exists() or not list((folder / "data").iterdir())
+
+    answer = regenerate._answer
+
+    def answer_then_lose_the_partial_file(model, tokenizer, jobs, partial, *rest):
+        answer(model, tokenizer, jobs, partial, *rest)
+        if partial.name == "train-00001.jsonl":
+            partial.unlink()  # what the other run did
+
+    monkeypatch.setattr(regenerate, "_answer", answer_then_lose_the_partial_file)
+    with pytest.raises(RuntimeError, match="hold 0 answers where shard 1 needs one for each of its 4 jobs"):
+        main(args + ["--out", str(folder)])
+    assert [p.name for p in (folder / "data").iterdir()] == ["train-00000.jsonl.gz"]
+    monkeypatch.undo()
+    main(args + ["--out", str(folder)])  # resumes: shard 1 answered whole
+    assert len(read_jsonl(folder)) == 8 and not list((folder / "partial").iterdir())
+
+
 def test_prompts_appended_to_a_sharded_run_extend_its_short_last_shard_and_fill_new_ones(mini_world, tmp_path):
     """`specgen data prompts --append` then the same regenerate command: the last shard, which the prompt file ended
     inside, keeps its answers and gets the next prompts' answers; the rest go to new shards; full shards are not

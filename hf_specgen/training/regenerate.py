@@ -11,6 +11,7 @@ wrote (any chat template). Answers are appended batch by batch and a rerun resum
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import random
@@ -47,6 +48,31 @@ def _job_key(record: dict, sample_index: int) -> str:
     """Names one answer to write: the record's id (or, without one, a digest of its prompt) and which sample."""
     name = record.get("id") or hashlib.sha1(record["prompt"].encode()).hexdigest()[:16]
     return f"{name}#{'greedy' if sample_index < 0 else f'sample{sample_index}'}"
+
+
+@contextlib.contextmanager
+def _only_run_writing(lock_path: Path, what: str):
+    """Hold an exclusive lock on ``lock_path`` while this run writes ``what``; refuse if another run holds it. Two
+    runs of one command into one place answer the same prompts into one partial file, and the one that finishes a
+    shard second finds its partial file gone: before this lock, it then wrote that shard with none of its answers
+    (it happened to the real target's data set, 2026-11-29). The lock goes with its process, so a killed run leaves
+    nothing to clean up. (No lock where the OS has no flock, as on Windows.)"""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RuntimeError(f"another `specgen data regenerate` is writing {what} (it holds {lock_path}): wait "
+                               "for it to finish, or stop it and run this again to resume") from None
+        try:
+            yield
+        finally:
+            lock_path.unlink(missing_ok=True)  # (still held: a run starting now finds no lock, or ours, locked)
 
 
 def _read_finished(out_path: Path) -> list[dict]:
@@ -201,27 +227,35 @@ def regenerate(args, enable_engine=None) -> None:
         _regenerate_shards(model, tokenizer, records, out_path, args)
         return
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    if args.no_resume and out_path.exists():
-        out_path.unlink()
-    done = {row["job"] for row in _read_finished(out_path) if "job" in row}
-    jobs = _jobs(records, args.samples_per_prompt, done)
-    with tqdm(total=len(jobs) + len(done), initial=len(done), desc="regenerating", unit="resp") as bar:
-        _answer(model, tokenizer, jobs, out_path, args, bar)
+    with _only_run_writing(out_path.with_name(out_path.name + ".lock"), str(out_path)):
+        if args.no_resume and out_path.exists():
+            out_path.unlink()
+        done = {row["job"] for row in _read_finished(out_path) if "job" in row}
+        jobs = _jobs(records, args.samples_per_prompt, done)
+        with tqdm(total=len(jobs) + len(done), initial=len(done), desc="regenerating", unit="resp") as bar:
+            _answer(model, tokenizer, jobs, out_path, args, bar)
     summary = _summarize(_read_finished(out_path), {r["prompt"]: r for r in records})
     Path(str(out_path) + ".summary.json").write_text(json.dumps(summary, indent=2))
     print(f"wrote {out_path}: {summary}")
 
 
 def _regenerate_shards(model, tokenizer, records: list[dict], folder: Path, args) -> None:
+    (folder / "data").mkdir(parents=True, exist_ok=True)
+    (folder / "partial").mkdir(exist_ok=True)
+    worker, workers = getattr(args, "worker", (0, 1))
+    # (per worker: workers of one run share the folder, each writing its own shards)
+    with _only_run_writing(folder / "partial" / f"worker-{worker}-of-{workers}.lock",
+                           f"the shards of worker {worker}/{workers} into {folder}"):
+        _answer_shards(model, tokenizer, records, folder, args, worker, workers)
+
+
+def _answer_shards(model, tokenizer, records: list[dict], folder: Path, args, worker: int, workers: int) -> None:
     import gzip
 
     from tqdm.auto import tqdm
 
-    (folder / "data").mkdir(parents=True, exist_ok=True)
-    (folder / "partial").mkdir(exist_ok=True)
     groups = [records[i: i + args.shard_size] for i in range(0, len(records), args.shard_size)]
     per_record = 1 + args.samples_per_prompt
-    worker, workers = getattr(args, "worker", (0, 1))
     mine = [i for i in range(len(groups)) if i % workers == worker]
 
     def shard_path(index: int) -> Path:
@@ -253,6 +287,10 @@ def _regenerate_shards(model, tokenizer, records: list[dict], folder: Path, args
             bar.update(len(done) - len(kept))
             _answer(model, tokenizer, _jobs(group, args.samples_per_prompt, done), partial, args, bar)
             rows = kept + _read_finished(partial)
+            if sorted(row["job"] for row in rows) != sorted(order):  # never a shard short of its answers
+                raise RuntimeError(f"{partial} and {final} hold {len(rows)} answers where shard {index} needs one "
+                                   f"for each of its {len(order)} jobs: was the partial file removed or written by "
+                                   "another run? Nothing was written; run again to answer what is missing")
             rows.sort(key=lambda row: order[row["job"]])  # the prompt file's order, whatever the batching was
             tmp = final.with_suffix(".tmp")
             with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=9) as handle:

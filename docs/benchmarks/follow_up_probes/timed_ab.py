@@ -8,6 +8,9 @@ interleaved, 3 repeats, the speed over stock's as the median per category; tau f
 With MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 for an AVX2-only CPU's fp32.
 ``--turn`` adds a variant whose RoutedWidthPolicy gives no drafter the next round for its follow-up (commit 3415242
 did; run this file copied into a checkout of it: later code gives none, and there the variant equals the default).
+``--copy`` compares instead the default call ("current") with one whose rounds with a copy at hand go to the copy only
+where the copy would draft ("copy-drafts": CopyingWidthPolicy._copy_leads also asks that the copy's best width is no
+plain step; not kept).
 """
 
 import argparse
@@ -33,6 +36,7 @@ parser.add_argument("mode", choices=("classic", *DRAFTERS))
 parser.add_argument("categories", help="comma-separated tiny-world categories, in the order run")
 parser.add_argument("dtype", choices=("float32", "bfloat16"))
 parser.add_argument("--turn", action="store_true")
+parser.add_argument("--copy", action="store_true")
 args = parser.parse_args()
 torch.set_num_threads(1)
 dtype, models = getattr(torch, args.dtype), ROOT / "hub_models"
@@ -47,9 +51,19 @@ def load_drafter():
     return hf_specgen.load_drafter(str(models / DRAFTERS[args.mode]), dtype=dtype)
 
 
-variants = ["follow-up", *(["no-turn"] if args.turn else []), "without"]
+variants = (["current", "copy-drafts"] if args.copy
+            else ["follow-up", *(["no-turn"] if args.turn else []), "without"])
 drafters = {name: load_drafter() for name in variants}
 follow_up_width, drafter_for = width_policy.WidthPolicy.follow_up_width, width_policy.RoutedWidthPolicy._drafter_for
+copy_leads = width_policy.CopyingWidthPolicy._copy_leads
+
+
+def copy_drafts(self):  # the copy leads only where its best width drafts
+    drafter_rate = self.drafter.best_rate()
+    if drafter_rate is None:
+        return True
+    best = self.copy.best_rate()
+    return best >= drafter_rate and best > self.copy.rate(1)
 
 
 def no_turn(self, vote, context):  # no follow-up while the router's policy picks the round's drafter
@@ -68,6 +82,7 @@ for repeat in range(3):
     for name in ["stock", *variants]:
         width_policy.WidthPolicy.follow_up_width = follow_up_width if name != "without" else lambda policy: None
         width_policy.RoutedWidthPolicy._drafter_for = no_turn if name == "no-turn" else drafter_for
+        width_policy.CopyingWidthPolicy._copy_leads = copy_drafts if name == "copy-drafts" else copy_leads
         for category, ids in prompts:
             start = time.perf_counter()
             if name == "stock":

@@ -757,7 +757,7 @@ def test_a_probe_that_passes_where_plain_steps_still_rate_best_is_followed_by_wi
     2.59, 1.08x). A follow-up that fails ends the probes: plain steps again. WhiFlash's drafters do not follow up."""
     policy, widths = _dear_chain_policy(), []
     policy.opening_probe = False
-    for i in range(12):
+    for _ in range(12):
         width = policy.choose()
         widths.append((width, policy.probing))
         policy.observe(width, [width - 1])  # every draft right
@@ -775,7 +775,7 @@ def test_a_probe_that_passes_where_plain_steps_still_rate_best_is_followed_by_wi
     failing = _dear_chain_policy()
     failing.opening_probe = False
     rounds = []
-    for i in range(7):
+    for _ in range(7):
         width = failing.choose()
         rounds.append((width, failing.probing))
         failing.observe(width, [1 if failing.probing == "sure" else 0])  # the probe's one draft right, then none

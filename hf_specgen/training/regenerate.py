@@ -55,24 +55,23 @@ def _only_run_writing(lock_path: Path, what: str):
     """Hold an exclusive lock on ``lock_path`` while this run writes ``what``; refuse if another run holds it. Two
     runs of one command into one place answer the same prompts into one partial file, and the one that finishes a
     shard second finds its partial file gone: before this lock, it then wrote that shard with none of its answers
-    (it happened to the real target's data set, 2026-11-29). The lock goes with its process, so a killed run leaves
-    nothing to clean up. (No lock where the OS has no flock, as on Windows.)"""
-    try:
-        import fcntl
-    except ImportError:
-        yield
-        return
+    (it happened to the real target's data set, 2026-11-29). The OS drops the lock with its process, so a killed run
+    leaves nothing that blocks the next."""
+    from filelock import FileLock, Timeout
+
     lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "w") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RuntimeError(f"another `specgen data regenerate` is writing {what} (it holds {lock_path}): wait "
-                               "for it to finish, or stop it and run this again to resume") from None
-        try:
-            yield
-        finally:
-            lock_path.unlink(missing_ok=True)  # (still held: a run starting now finds no lock, or ours, locked)
+    lock = FileLock(lock_path, timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise RuntimeError(f"another `specgen data regenerate` is writing {what} (it holds {lock_path}): wait for it "
+                           "to finish, or stop it and run this again to resume") from None
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):  # removed while still held (Windows refuses: the file stays)
+            lock_path.unlink()
+        lock.release()
 
 
 def _read_finished(out_path: Path) -> list[dict]:

@@ -629,6 +629,35 @@ def test_scheduled_probes_are_far_enough_apart_that_failed_ones_waste_at_most_a_
     assert all(choices[i] == 8 for i in drafted[2:])  # each probe verifies 8 rows (probe_width)
 
 
+def test_a_probe_pays_for_its_drafters_read_of_the_rows_it_has_not_seen():
+    """A draft LM reads the prompt and plain steps' rows before it drafts (one forward over every batch row): the
+    read's seconds per row are learned from drafting rounds that read enough rows (their drafting clock less their
+    drafting), and a probe after plain steps is charged that read at the share of recent probes that failed, so a
+    batch whose probes fail while the read grows stops probing (the tiny world's batch of 16 in bf16: a probe's round
+    took 116 ms where a plain step took 7), while a read that is cheap, or probes that pass, leave the schedule as
+    it was."""
+    table = CostTable({1: 0.01, 2: 0.0105, 4: 0.011}, draft=0.001)
+    policy = WidthPolicy((1, 2, 4), table, AcceptanceEstimate(4))
+    widths, drafting = [4, 1, 1, 4, 4], [0.101, 0, 0, 0.0013, 0.001]
+    policy.read_rows = {0: 100, 3: 2}  # the prompt read in round 0; round 3 read 2 rows: too few to learn from
+    policy.learn_costs(widths, [0.02] * len(widths), drafting)
+    assert table.read == pytest.approx(0.001) and table.draft == pytest.approx(0.001)
+
+    def gap(unread: int, failing: float) -> int:
+        probing = WidthPolicy((1, 2, 4), table, AcceptanceEstimate(4))
+        probing.acceptance.probes_failing = failing
+        probing.set_unread(unread)
+        return probing.probe_gap()
+
+    assert gap(0, 0.5) <= width_policy.FIRST_PROBE_AFTER  # nothing to read: a cheap probe, as before
+    assert gap(100, 0.5) > 8 * gap(0, 0.5) and gap(100, 1.0) > gap(100, 0.5) > gap(100, 0.1)
+    # the share follows the probes' outcomes: each that fails moves it up, each that pays down
+    policy = WidthPolicy((1, 2, 4), CostTable({1: 1.0, 2: 1.05, 4: 1.1}, draft=0.2), AcceptanceEstimate(4))
+    _choices_while_every_draft_fails(policy, 200)
+    assert policy.acceptance.probes_failing > 0.9
+    assert policy.acceptance.carried().probes_failing == policy.acceptance.probes_failing  # carried to the next call
+
+
 def _call_after_failing_drafts():
     """A second call (a new policy over the carried estimate) of a drafter whose drafts all failed in the first."""
     costs = CostTable({1: 1.0, 2: 1.05, 4: 1.1, 8: 1.3}, draft=0.2)
@@ -978,6 +1007,38 @@ def test_classic_default_call_is_exact_under_any_widths_and_its_twin_draft_accep
         committed = [n for n in stats.acceptance_lengths]
         per_round = [w for w in widths for _ in range(len(lengths))][: len(committed)]
         assert committed[:-len(lengths)] == per_round[:-len(lengths)]  # every draft accepted (the last round cut)
+
+
+def test_a_draft_lm_reads_the_prompt_only_when_it_first_drafts(monkeypatch):
+    """The classic draft LM reads the prompt in the forward that catches it up on plain steps' rows, when it first
+    drafts: a call that decodes in plain steps never runs the draft model, and one that drafts after a few plain
+    steps has every draft of the target's own copy accepted (a draft cache that missed the prompt, or read it at the
+    wrong slots, would draft wrong tokens), in a left-padded batch too."""
+    import copy
+
+    target = make_target("qwen3", seed=11, num_hidden_layers=1)
+    twin = copy.deepcopy(target)
+    forwards = []
+    twin.register_forward_hook(lambda module, args, output: forwards.append(1))
+    rng = random.Random(14)
+    for plain_rounds, lengths in ((10_000, [21]), (10_000, [6, 19, 11]), (4, [21]), (3, [6, 19, 11])):
+        rounds = []
+
+        def choose(self, copying=False):  # plain steps first, then the widest rounds
+            rounds.append(self)
+            return 1 if len(rounds) <= plain_rounds else self.widths[-1]
+
+        monkeypatch.setattr(WidthPolicy, "choose", choose)
+        forwards.clear()
+        out = _exact_on_padded_batch(target, rng, lengths, 30, assistant_model=twin, speculative_mode="classic",
+                                     prompt_lookup=False)
+        stats = out.speculative_stats
+        if plain_rounds > 30:
+            assert forwards == [] and set(stats.round_widths) == {1} and stats.draft_forwards == 0
+        else:
+            assert stats.round_widths[:plain_rounds] == [1] * plain_rounds and max(stats.round_widths) > 1
+            per_round = [w for w in stats.round_widths for _ in range(len(lengths))][: len(stats.acceptance_lengths)]
+            assert stats.acceptance_lengths[:-len(lengths)] == per_round[:-len(lengths)]  # every draft accepted
 
 
 def test_fly_default_call_is_exact_with_a_closed_gate_under_any_widths_and_its_twin_draft_accepts_everything(

@@ -108,15 +108,14 @@ class DraftModelProposer:
         self.cache = self._caches.get(session.capacity, len(decoder_layers(self.draft_model)), session.batch_size,
                                       session.device)
         session.attach(self.cache)
-        prompt_len = session.prompt_len
-        # Prefill the prompt except its last token (it is rewritten as the first row of round 1).
-        if prompt_len > 1:
-            self.draft_model(input_ids=session.tokens[:, : prompt_len - 1],
-                             position_ids=session.positions[:, : prompt_len - 1],
-                             attention_mask=session.causal_mask(0, prompt_len - 1), **{self._cache_key: self.cache},
-                             use_cache=True)
         self.forward_calls = 0
-        self.plain_steps = 0  # tokens committed by plain steps since the draft cache last saw the sequence
+        # The committed rows the draft cache has not read, up to the two newest (which every drafting path rewrites
+        # itself): the prompt but its last token, and later the rows of plain steps. They are read in one forward
+        # when the drafter next drafts (_catch_up), so a call that decodes in plain steps (a width policy that found
+        # drafting does not pay) never runs the draft model over its prompt: on the tiny world in fp32 with AVX2
+        # kernels that prefill was about 4% of a short answer's call, and a batch's is the batch's prompts.
+        self.unread_rows = max(session.prompt_len - 1, 0)
+        self.unread_prompt_rows = self.unread_rows  # (read as the prefill was: no drafting forward of the count)
         self.drafts = torch.zeros((session.batch_size, self.block_size), dtype=torch.long, device=session.device)
         if self.ngram:
             self._first_real_slots = session.left_padding.tolist()
@@ -171,17 +170,17 @@ class DraftModelProposer:
         return self.drafts[:, : n_drafts + 1].clone()
 
     def _catch_up(self, firsts: torch.Tensor) -> None:
-        """Feed the draft cache the rows plain steps committed, up to each row's slot ``firsts`` (the two newest
-        tokens, which every drafting path rewrites itself, excluded)."""
-        if not self.plain_steps:
+        """Feed the draft cache the committed rows it has not read (the prompt, the rows of plain steps), up to each
+        row's slot ``firsts`` (the two newest tokens, which every drafting path rewrites itself, excluded)."""
+        if not self.unread_rows:
             return
-        session = self.session
-        behind = (firsts - self.plain_steps).clamp(min=0)  # (a finished row's window may start at slot 0)
+        session, rows = self.session, self.unread_rows
+        behind = (firsts - rows).clamp(min=0)  # (a finished row's window may start at slot 0)
         set_cache_length(self.cache, behind)
-        self._forward(session.token_block(behind, self.plain_steps), session.position_block(behind, self.plain_steps),
-                      session.causal_mask(behind, self.plain_steps))
-        self.forward_calls += 1
-        self.plain_steps = 0
+        self._forward(session.token_block(behind, rows), session.position_block(behind, rows),
+                      session.causal_mask(behind, rows))
+        self.forward_calls += rows > self.unread_prompt_rows  # a drafting forward where plain steps' rows are in it
+        self.unread_rows = self.unread_prompt_rows = 0
 
     def _propose_with_ngrams(self, k: int) -> torch.Tensor:
         """Prompt lookup for every batch row (FLy's MLA): each forward runs, per row, the two newest tokens not yet
@@ -230,7 +229,7 @@ class DraftModelProposer:
     def commit_plain(self, verify_features, n_committed: torch.Tensor, rows: int = 1) -> None:
         """A round this draft LM did not draft (a plain step, or a verify of copied tokens) committed ``rows`` tokens
         per active row: the draft cache falls that much further behind, caught up when drafting resumes."""
-        self.plain_steps += rows
+        self.unread_rows += rows
 
     def keep_rows(self, rows: list[int]) -> None:
         keep_batch_rows(self, ("drafts", "_first_real_slots"), rows)

@@ -498,6 +498,11 @@ class SpeculativeDecoder:
                                          for b in active_rows], drops_rows)
                     # whether every row has a copy at hand is known from the last read: the policy may keep such
                     # rounds apart (CopyingWidthPolicy, RoutedWidthPolicy)
+                    # the rows the drafter reads before it drafts again (a draft LM: the prompt, plain steps' rows):
+                    # a probe after plain steps costs that read too
+                    unread = getattr(self.proposer, "unread_rows", 0)
+                    if policy is not None:
+                        policy.set_unread(unread)
                     round_width = policy.choose(copying=copy_next[0]) if policy is not None else None
                     copies_alone = getattr(policy, "copies_alone", False)  # verify the copy, draft nothing
                     timing = False  # this round drafts the whole block, for the policy to time
@@ -524,6 +529,8 @@ class SpeculativeDecoder:
                                      if round_width is not None and takes_width else self.proposer.propose())
                         if timing:
                             policy.timed_draft(self._synced_time() - draft_started)
+                        if policy is not None and unread:  # this round's drafting clock holds that read
+                            policy.read_rows[len(stats.round_widths)] = unread
                         confidences = self.proposer.confidences if unsure else None  # None: a DFlash round's
                         if confidences is not None:
                             spent = time.perf_counter() - decode_started

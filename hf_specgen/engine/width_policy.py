@@ -43,7 +43,8 @@ is added to the first's, until drafting rates best or one fails (follow_up_width
 evidence too: once the target gave SURE_PROBABILITY or more to each of the last ``sure_after`` plain steps' tokens (4,
 doubled after each such probe that fails, back to 4 once any probe pays), a probe runs whatever the schedule. Where a
 probe costs much more than a plain step, scheduled probes are further apart, so that failed ones waste at most 1/32 of
-the time.
+the time. A probe's cost includes its drafter's read of the committed rows it has not seen (a draft LM reads the
+prompt and plain steps' rows in one forward before it drafts), charged at the share of recent probes that failed.
 
 The clock overrules the cost model: once this call has run 3 rounds of a width, that width costs the median of its
 last 8 whole rounds (drafting, verify, commit and the host sync: what the model's forwards leave out), and widths
@@ -134,6 +135,15 @@ PROBE_BACKOFF_OVERHEAD = 1 / 96
 # A width's clocked cost is the median of its last CLOCKED_ROUNDS rounds in the call (a one-off compile or stall moves
 # no median), taken once it has MIN_CLOCKED_ROUNDS of them.
 CLOCKED_ROUNDS, MIN_CLOCKED_ROUNDS = 8, 3
+# A drafter that reads the committed rows it has not seen before it drafts (a draft LM: the prompt, then the rows
+# of plain steps, in one forward of the whole model over every batch row) makes a probe after plain steps cost that
+# read too: on the tiny world's batch of 16 in bf16, a probe's round took 116 ms where a plain step took 7. The read's
+# seconds per row are learned from drafting rounds that read at least this many rows (CostTable.read). Where a
+# probe passes, drafting needed that read anyway: a probe is charged the read at the share of recent probes that
+# failed (PROBES_FAILING: its start, and the weight of each probe's outcome). Charged in full, the tiny world's batch
+# of 4 in fp32 with AVX2 kernels, whose probes pass, waited for probes that no longer came and ran 9% slower.
+MIN_READ_ROWS = 8
+PROBES_FAILING, PROBE_OUTCOME_WEIGHT = 0.5, 0.25
 # A call that drafts from its first round has no plain rounds of its own to hold its drafting rounds against: while
 # the model rates drafting less than REFERENCE_MARGIN times a plain step, every REFERENCE_EVERY-th drafting round is
 # a plain one, until MIN_CLOCKED_ROUNDS of them give plain steps a clock of their own.
@@ -192,6 +202,9 @@ class CostTable:
     # the lm_head over the block's drafted rows, for a drafter that drafts only the verified prefix through it
     # (DFlash): a round of w rows then drafts for ``draft`` less the (W - w) / (W - 1) share of this
     draft_head: float | None = None
+    # seconds per committed row a drafter reads before it drafts where it has not seen them (a draft LM's catch-up
+    # over the prompt and plain steps' rows, the whole batch at once): the read a probe after plain steps costs
+    read: float | None = None
 
     def learn_verify(self, width: int, seconds: float) -> None:
         """One call's typical verify clock at ``width`` (its median round) moves that cost a step towards it."""
@@ -201,6 +214,10 @@ class CostTable:
         """One call's typical drafting clock moves the drafting cost a step towards it (once it was measured)."""
         if self.draft is not None:
             self.draft = _towards(self.draft, seconds)
+
+    def learn_read(self, seconds_per_row: float) -> None:
+        """One call's typical read clock per unseen row moves the read cost a step towards it."""
+        self.read = _towards(self.read, seconds_per_row)
 
 
 def _towards(old: float | None, seen: float) -> float:
@@ -225,14 +242,14 @@ class CostModel:
 
     def to_dict(self) -> dict:
         return {key: {"verify": {str(w): s for w, s in sorted(t.verify.items())}, "draft": t.draft,
-                      "draft_head": t.draft_head} for key, t in self.tables.items()}
+                      "draft_head": t.draft_head, "read": t.read} for key, t in self.tables.items()}
 
     @classmethod
     def from_dict(cls, data: dict) -> "CostModel":
         if not isinstance(data, dict):
             raise ValueError("a cost model file holds a JSON object {key: {'verify': {...}, 'draft': ...}}")
         return cls({key: CostTable({int(w): float(s) for w, s in entry["verify"].items()}, entry.get("draft"),
-                                   entry.get("draft_head")) for key, entry in data.items()})
+                                   entry.get("draft_head"), entry.get("read")) for key, entry in data.items()})
 
 
 _COSTS: "weakref.WeakKeyDictionary[torch.nn.Module, CostModel]" = weakref.WeakKeyDictionary()
@@ -301,6 +318,8 @@ class AcceptanceEstimate:
         self.explore_after = OTHER_DRAFTER_EVERY
         # calls between opening probes where probes are dear, and the calls since the last one (carried likewise)
         self.opening_every, self.calls_since_opening = 1, 0
+        # the share of recent probes (or runs of follow-ups) that failed (carried likewise; see PROBES_FAILING)
+        self.probes_failing = PROBES_FAILING
         # the widest round the evidence holds: slots past it were never verified, and their rate is only the prior
         # chained from the slots before them, so the policy widens at most twice past it per round
         self.widest = 0
@@ -416,7 +435,7 @@ def _carry_probe_schedule(estimate, copy) -> None:
     """What an estimate's carried copy keeps as it was (either kind of estimate): the probe schedule reached (plain
     rounds before the next probe, calls between opening probes) and the widest round the evidence holds."""
     copy.probe_after, copy.widest, copy.sure_after = estimate.probe_after, estimate.widest, estimate.sure_after
-    copy.explore_after = estimate.explore_after
+    copy.explore_after, copy.probes_failing = estimate.explore_after, estimate.probes_failing
     copy.opening_every, copy.calls_since_opening = estimate.opening_every, estimate.calls_since_opening
 
 
@@ -442,6 +461,7 @@ class TreeAcceptanceEstimate:
         self.sure_after = FIRST_SURE_RUN
         self.explore_after = OTHER_DRAFTER_EVERY
         self.opening_every, self.calls_since_opening = 1, 0  # see AcceptanceEstimate
+        self.probes_failing = PROBES_FAILING
 
     @property
     def shape(self) -> tuple:
@@ -546,6 +566,10 @@ class WidthPolicy:
         # the call's rounds whose drafter drafted another count of rows than they verified (a chain that stopped
         # unsure, then verified fewer: confident_width): round -> the rows drafted, the root included
         self.drafted_rows: dict[int, int] = {}
+        # the committed rows the drafter has not read (set by the loop each round: a draft LM reads the prompt and
+        # plain steps' rows when it next drafts), and the call's drafting rounds that read some: round -> rows
+        self.unread_rows = 0
+        self.read_rows: dict[int, int] = {}
         # width -> seconds of its last whole rounds in this call: what a round of that width costs on this machine
         # now, whatever the costs measured once say
         self.clocked: dict[int, deque] = {}
@@ -741,6 +765,7 @@ class WidthPolicy:
             self.drafted_since_plain += 1
             self.plain_streak = self.sure_run = 0
             if self.probing:  # the probe paid: come back quickly next time plain steps win, and open every call
+                self._probe_outcome(passed=True)
                 self.acceptance.probe_after = FIRST_PROBE_AFTER
                 self.acceptance.opening_every = 1
                 self.acceptance.sure_after = FIRST_SURE_RUN
@@ -750,6 +775,8 @@ class WidthPolicy:
         if wider is not None:  # the last probe passed, yet says too little to draft on: a wider one follows
             self.probing, self.plain_streak, self.sure_run = "follow-up", 0, 0
             return wider
+        if self.probing:  # the probe (or its run of follow-ups) did not pay
+            self._probe_outcome(passed=False)
         if self.probing == "scheduled":  # the probe did not pay: wait twice as long before the next
             self.acceptance.probe_after = min(2 * self.acceptance.probe_after, LAST_PROBE_AFTER)
         elif self.probing == "opening":  # likewise, counted in calls (read only where probes are dear)
@@ -853,8 +880,24 @@ class WidthPolicy:
         return max(FIRST_PROBE_AFTER, min(LAST_PROBE_AFTER, cheap))
 
     def _probe_extra(self) -> float:
-        """What a probe's round costs more than a plain step, in plain steps."""
-        return self.round_seconds(self.probe_width()) / self.round_seconds(1) - 1.0
+        """What a probe's round costs more than a plain step, in plain steps: its verify and drafting, and the read
+        of the rows its drafter has not seen (``read_seconds``)."""
+        return (self.round_seconds(self.probe_width()) + self.read_seconds()) / self.round_seconds(1) - 1.0
+
+    def read_seconds(self) -> float:
+        """Seconds a probe's drafter spends reading the committed rows it has not seen, where that is waste: at the
+        share of recent probes that failed (one that passes needed the read for the drafting it brings back)."""
+        if not self.drafts:
+            return 0.0
+        return (self.costs.read or 0.0) * self.unread_rows * self.acceptance.probes_failing
+
+    def _probe_outcome(self, passed: bool) -> None:
+        estimate = self.acceptance
+        estimate.probes_failing += PROBE_OUTCOME_WEIGHT * ((not passed) - estimate.probes_failing)
+
+    def set_unread(self, rows: int) -> None:
+        """The committed rows the drafter reads before it next drafts (the loop's, each round)."""
+        self.unread_rows = rows
 
     def probe_width(self) -> int:
         """The widest drafting width whose round costs at most PROBE_COST plain steps, or, where even the narrowest
@@ -877,7 +920,7 @@ class WidthPolicy:
         round's drafting: where most drafting rounds are probes (a batch in plain steps), their median would make
         drafting look dearer with every call. A round that re-fed a recurrent target is no verify's clock, since
         the policy adds the re-feed on its own."""
-        verify, draft = {}, {}
+        verify, draft, read = {}, {}, []
         chosen = range(len(round_widths)) if rounds is None else rounds
         drafting = {i for i in chosen if self.drafted_rows.get(i, round_widths[i]) > 1}
         for i in chosen:
@@ -889,11 +932,17 @@ class WidthPolicy:
                 seconds = round_draft_seconds[i]
                 whole = seconds if i in self.whole_block_rounds else self.whole_block_draft(drafted, seconds)
                 draft.setdefault(width, []).append(whole)
+            rows_read = self.read_rows.get(i, 0)
+            if i in drafting and rows_read >= MIN_READ_ROWS and self.whole_block_draft_seconds is not None:
+                # the read: the round's drafting clock less what drafting its rows costs
+                read.append(max(round_draft_seconds[i] - self.draft_cost(drafted), 0.0) / rows_read)
         drafts = [t for times in draft.values() for t in times]
         for width, times in verify.items():
             self.costs.learn_verify(width, statistics.median(times))
         if drafts:
             self.costs.learn_draft(statistics.median(drafts))
+        if read:
+            self.costs.learn_read(statistics.median(read))
 
     def probe_passed(self, width: int, accepted_per_row: list[int], rows: int | None = None) -> bool:
         """Whether this round was a probe that kept half its drafts or more."""
@@ -970,6 +1019,10 @@ class PolicyOfPolicies:
         for part in self.parts():
             part.observe_sure(sure)
 
+    def set_unread(self, rows: int) -> None:
+        for part in self.parts():
+            part.set_unread(rows)
+
     def set_rows(self, row_ids: list[int], tokens_left: list[int], rows_leave: bool) -> None:
         """Not used: these policies rate the mean row (a router's rounds keep the whole batch; prompt lookup's
         copies run in batches only where asked)."""
@@ -1022,6 +1075,7 @@ class RoutedWidthPolicy(PolicyOfPolicies):
         self.whole_block_rounds: set[int] = set()
         self.refed_rounds: set[int] = set()
         self.drafted_rows: dict[int, int] = {}  # (EAGLE-3's rounds that stopped unsure: WidthPolicy.drafted_rows)
+        self.read_rows: dict[int, int] = {}  # (WidthPolicy.read_rows: none from WhiFlash's drafters, which read no tokens)
         for policy in policies.values():
             # no follow-up probes (WidthPolicy.follow_up_width): here the other drafter's estimate is the rival, and a
             # chain's short probes pass easily. Following up at the drafter's next turn, the tiny world's math
@@ -1032,6 +1086,7 @@ class RoutedWidthPolicy(PolicyOfPolicies):
             policy.clocked[1] = plain_clock
             policy.whole_block_rounds, policy.refed_rounds = self.whole_block_rounds, self.refed_rounds
             policy.drafted_rows = self.drafted_rows
+            policy.read_rows = self.read_rows
         self.current = next(iter(policies.values()))
         self.round_drafters: list[str | None] = []  # per round: the drafter whose policy chose it (None: none did)
         self._round = None  # the prepared round's (vote, context)
@@ -1180,6 +1235,7 @@ class CopyingWidthPolicy(PolicyOfPolicies):
         self.whole_block_rounds, self.refed_rounds = drafter.whole_block_rounds, drafter.refed_rounds
         copy.whole_block_rounds, copy.refed_rounds = self.whole_block_rounds, self.refed_rounds
         self.drafted_rows = getattr(drafter, "drafted_rows", {})
+        self.read_rows = getattr(drafter, "read_rows", {})
         self.current = drafter
         self.copies_alone = False
         self.overlays_copies = True

@@ -634,8 +634,8 @@ def test_a_probe_pays_for_its_drafters_read_of_the_rows_it_has_not_seen():
     read's seconds per row are learned from drafting rounds that read enough rows (their drafting clock less their
     drafting), and a probe after plain steps is charged that read at the share of recent probes that failed, so a
     batch whose probes fail while the read grows stops probing (the tiny world's batch of 16 in bf16: a probe's round
-    took 116 ms where a plain step took 7), while a read that is cheap, or probes that pass, leave the schedule as
-    it was."""
+    took 116 ms where a plain step took 7), while nothing to read leaves the schedule as it was and a small share of
+    probes failing charges little."""
     table = CostTable({1: 0.01, 2: 0.0105, 4: 0.011}, draft=0.001)
     policy = WidthPolicy((1, 2, 4), table, AcceptanceEstimate(4))
     widths, drafting = [4, 1, 1, 4, 4], [0.101, 0, 0, 0.0013, 0.001]

@@ -140,8 +140,9 @@ CLOCKED_ROUNDS, MIN_CLOCKED_ROUNDS = 8, 3
 # read too: on the tiny world's batch of 16 in bf16, a probe's round took 116 ms where a plain step took 7. The read's
 # seconds per row are learned from drafting rounds that read at least this many rows (CostTable.read). Where a
 # probe passes, drafting needed that read anyway: a probe is charged the read at the share of recent probes that
-# failed (PROBES_FAILING: its start, and the weight of each probe's outcome). Charged in full, the tiny world's batch
-# of 4 in fp32 with AVX2 kernels, whose probes pass, waited for probes that no longer came and ran 9% slower.
+# failed (PROBES_FAILING: its start, and the weight of each probe's outcome). The tiny world's batch of 4 in fp32
+# with AVX2 kernels, whose probes pass, waits longer for them all the same: 9-12% slower with the read charged in
+# full, 6-8% at the share (A/Bs in docs/benchmarks/draft_lm_lazy_prompt), where batch 16 gains 13-24%.
 MIN_READ_ROWS = 8
 PROBES_FAILING, PROBE_OUTCOME_WEIGHT = 0.5, 0.25
 # A call that drafts from its first round has no plain rounds of its own to hold its drafting rounds against: while
@@ -1075,7 +1076,7 @@ class RoutedWidthPolicy(PolicyOfPolicies):
         self.whole_block_rounds: set[int] = set()
         self.refed_rounds: set[int] = set()
         self.drafted_rows: dict[int, int] = {}  # (EAGLE-3's rounds that stopped unsure: WidthPolicy.drafted_rows)
-        self.read_rows: dict[int, int] = {}  # (WidthPolicy.read_rows: none from WhiFlash's drafters, which read no tokens)
+        self.read_rows: dict[int, int] = {}  # (WidthPolicy.read_rows: WhiFlash's drafters read no tokens)
         for policy in policies.values():
             # no follow-up probes (WidthPolicy.follow_up_width): here the other drafter's estimate is the rival, and a
             # chain's short probes pass easily. Following up at the drafter's next turn, the tiny world's math

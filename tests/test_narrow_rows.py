@@ -223,15 +223,9 @@ def test_calls_time_only_the_kinds_of_forward_they_can_run(monkeypatch):
     assert len(timed) == 2
 
 
-@pytest.mark.parametrize("mode", ["eagle3", "classic"])
-def test_the_drafters_forwards_take_the_targets_routes(mode, monkeypatch):
-    """A drafter on the target's hidden states (EAGLE-3 here) runs its forwards of the kinds taken their way; a
-    separate draft LM (classic) keeps the library's, its sizes being its own."""
-    use_random_widths(monkeypatch)
-    target = make_target("qwen3", seed=11)
-    drafter = make_eagle3(target) if mode == "eagle3" else make_target("qwen3", seed=5, num_hidden_layers=1)
-    costs_of(target).narrow_rows.update(taking(ONE_ROW))  # one-row forwards only
-    routed = []  # per call of one of the drafter's linears: whether the routes computed it
+def _routed_calls(model) -> list[bool]:
+    """Per forward of one of ``model``'s linears from now on: whether the routes computed it."""
+    routed = []
 
     def before(module, args):
         module.calls_before = RoutedLinears.calls
@@ -239,19 +233,64 @@ def test_the_drafters_forwards_take_the_targets_routes(mode, monkeypatch):
     def after(module, args, out):
         routed.append(RoutedLinears.calls > module.calls_before)
 
-    for linear in (m for m in drafter.modules() if isinstance(m, torch.nn.Linear)):
+    for linear in (m for m in model.modules() if isinstance(m, torch.nn.Linear)):
         linear.register_forward_pre_hook(before)
         linear.register_forward_hook(after)
+    return routed
+
+
+def test_the_drafters_forwards_take_the_targets_routes(monkeypatch):
+    """A drafter on the target's hidden states (EAGLE-3) runs its forwards of the kinds the target took their way."""
+    use_random_widths(monkeypatch)
+    target = make_target("qwen3", seed=11)
+    drafter = make_eagle3(target)
+    costs_of(target).narrow_rows.update(taking(ONE_ROW))  # one-row forwards only
+    routed = _routed_calls(drafter)
     prompt = torch.tensor([[7, 3, 11, 29, 5, 8, 40, 2, 19]])
     reference = target.generate(prompt, max_new_tokens=24, do_sample=False)
     for routes_drafting in (False, True):
         monkeypatch.setattr(loop.SpeculativeDecoder, "routes_drafting", routes_drafting)
         routed.clear()
-        out = target.generate(prompt, assistant_model=drafter, speculative_mode=mode, max_new_tokens=24)
+        out = target.generate(prompt, assistant_model=drafter, speculative_mode="eagle3", max_new_tokens=24)
         assert out.tolist() == reference.tolist()
-        # EAGLE-3: the chain's steps (one row each) routed when asked, and only then; its forwards of more rows
-        # (the start over the prompt, catching up on committed rows) keep the library's way
-        assert routed and any(routed) == (routes_drafting and mode == "eagle3") and not all(routed)
+        # the chain's steps (one row each) routed when asked, and only then; its forwards of more rows (the start
+        # over the prompt, catching up on committed rows) keep the library's way
+        assert routed and any(routed) == routes_drafting and not all(routed)
+
+
+@pytest.mark.parametrize("pays", [True, False])
+def test_a_draft_lm_times_the_kinds_on_its_own_forwards(pays, monkeypatch):
+    """A separate draft LM (classic) has sizes of its own: each kind is timed on its own drafting steps, once per
+    process, draft model and device (the verdicts kept on its cost model, whatever the target's), and its forwards
+    take the kinds timed faster; the tokens stay stock's either way."""
+    use_random_widths(monkeypatch)
+    target = make_target("qwen3", seed=11)
+    costs_of(target).narrow_rows.update(taking())  # the target's own forwards: neither kind taken
+    drafter = make_target("qwen3", seed=5, num_hidden_layers=1)
+    timed = []
+
+    def verdict(run_plain, run_routed, device):
+        timed.append(1)
+        run_plain()
+        run_routed()  # both ways run over the draft cache, which drafting then rewrites
+        return pays
+
+    monkeypatch.setattr(loop, "route_pays", verdict)
+    routed = _routed_calls(drafter)
+    prompt = torch.tensor([[7, 3, 11, 29, 5, 8, 40, 2, 19]])
+    reference = target.generate(prompt, max_new_tokens=24, do_sample=False)
+    for call in range(2):
+        routed.clear()
+        out = target.generate(prompt, assistant_model=drafter, speculative_mode="classic", max_new_tokens=24)
+        assert out.tolist() == reference.tolist()
+        assert costs_of(drafter).narrow_rows == (taking(ONE_ROW, PACKED_FP32) if pays else taking())
+        # taken: its one-row steps over the halves, its first step's two rows (and a catch-up) over packed weights,
+        # every forward after the first call's timing (which ran both ways)
+        if call:
+            assert routed and all(routed) == pays and any(routed) == pays
+        assert all(narrow_rows._is_fresh(m) for m in routable_linears(drafter)) == pays  # no copies for nothing
+    assert len(timed) == 2  # both fp32 kinds timed in the first call, none in the second
+    assert costs_of(target).narrow_rows == taking()
 
 
 def test_the_benchmarks_report_says_which_routes_were_taken():

@@ -169,6 +169,22 @@ class DraftModelProposer:
             return self.drafts[:, : drafted + 1].clone()  # eager: verify only what was drafted (fewer target rows)
         return self.drafts[:, : n_drafts + 1].clone()
 
+    def timing_step(self, rows: int):
+        """A forward of ``rows`` rows per batch row over the draft cache at each row's newest committed slots (a
+        drafting step's shape), for the engine to time its linears' kinds on (SpeculativeDecoder._draft_model_routes):
+        it writes only slots the next drafting round rewrites before reading them (from the slot before the newest
+        on, as every drafting round does), so it may run any number of times."""
+        session = self.session
+        firsts = session.last_slots - 1  # (>= 0: the prefill committed a token)
+        ids, positions = session.token_block(firsts, rows), session.position_block(firsts, rows)
+        mask = session.causal_mask(firsts, rows)
+
+        def step() -> None:
+            set_cache_length(self.cache, firsts)
+            self._forward(ids, positions, mask)
+
+        return step
+
     def _catch_up(self, firsts: torch.Tensor) -> None:
         """Feed the draft cache the committed rows it has not read (the prompt, the rows of plain steps), up to each
         row's slot ``firsts`` (the two newest tokens, which every drafting path rewrites itself, excluded)."""

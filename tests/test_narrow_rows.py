@@ -300,6 +300,8 @@ def test_the_benchmarks_report_says_which_routes_were_taken():
     assert line.index("1 row") < line.index("2+ rows")
     assert "fp32 forwards of 1 row as a batched product over the weights' halves on cpu: taken" in line
     assert "fp32 forwards of 2+ rows as oneDNN's product over packed weights on cpu: not taken" in line
+    assert describe_routes({("cpu", ONE_ROW.name): True}, "the draft LM's linears").startswith(
+        "the draft LM's linears (engine/narrow_rows.py): fp32 forwards of 1 row")
 
 
 def test_calls_after_the_timing_prefill_over_the_kinds_taken(monkeypatch):

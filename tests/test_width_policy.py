@@ -1014,7 +1014,8 @@ def test_a_draft_lm_reads_the_prompt_only_when_it_first_drafts(monkeypatch):
     """The classic draft LM reads the prompt in the forward that catches it up on plain steps' rows, when it first
     drafts: a call that decodes in plain steps never runs the draft model, and one that drafts after a few plain
     steps has every draft of the target's own copy accepted (a draft cache that missed the prompt, or read it at the
-    wrong slots, would draft wrong tokens), in a left-padded batch too."""
+    wrong slots, would draft wrong tokens), in a left-padded batch too; the read computes no logits but its last
+    row's."""
     import copy
 
     target = make_target("qwen3", seed=11, num_hidden_layers=1)
@@ -1024,6 +1025,8 @@ def test_a_draft_lm_reads_the_prompt_only_when_it_first_drafts(monkeypatch):
     width_policy.costs_of(twin).narrow_rows.update({("cpu", kind.name): False for kind in KINDS})
     forwards = []
     twin.register_forward_hook(lambda module, args, output: forwards.append(1))
+    head_rows = []  # per forward of its lm_head: the rows it computed for each batch row
+    twin.lm_head.register_forward_hook(lambda module, args, output: head_rows.append(args[0].shape[1]))
     rng = random.Random(14)
     for plain_rounds, lengths in ((10_000, [21]), (10_000, [6, 19, 11]), (4, [21]), (3, [6, 19, 11])):
         rounds = []
@@ -1034,6 +1037,7 @@ def test_a_draft_lm_reads_the_prompt_only_when_it_first_drafts(monkeypatch):
 
         monkeypatch.setattr(WidthPolicy, "choose", choose)
         forwards.clear()
+        head_rows.clear()
         out = _exact_on_padded_batch(target, rng, lengths, 30, assistant_model=twin, speculative_mode="classic",
                                      prompt_lookup=False)
         stats = out.speculative_stats
@@ -1043,6 +1047,8 @@ def test_a_draft_lm_reads_the_prompt_only_when_it_first_drafts(monkeypatch):
             assert stats.round_widths[:plain_rounds] == [1] * plain_rounds and max(stats.round_widths) > 1
             per_round = [w for w in stats.round_widths for _ in range(len(lengths))][: len(stats.acceptance_lengths)]
             assert stats.acceptance_lengths[:-len(lengths)] == per_round[:-len(lengths)]  # every draft accepted
+            # the read and each drafting step compute the vocabulary's logits for their last row alone
+            assert head_rows and set(head_rows) == {1}
 
 
 def test_fly_default_call_is_exact_with_a_closed_gate_under_any_widths_and_its_twin_draft_accepts_everything(

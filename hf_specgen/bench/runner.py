@@ -623,9 +623,11 @@ def run_bench(args, *, show_texts: bool) -> dict:
     if split_rows:
         print("\ntime per round (our engine):")
         print(markdown_table(split_rows, ["method", "draft", "verify", "other", "verify ms per row"]))
-    routes = describe_routes(costs_of(models.target).narrow_rows)
-    if routes:
-        print(f"\n{routes}")
+    routes = [describe_routes(costs_of(models.target).narrow_rows)]
+    if models.draft_lm is not None:  # a draft LM times its own (SpeculativeDecoder._draft_model_routes)
+        routes.append(describe_routes(costs_of(models.draft_lm).narrow_rows, "the draft LM's linears"))
+    if any(routes):
+        print("\n" + "\n".join(line for line in routes if line))
     print(f"\ndistinct 4-grams in the autoregressive outputs: {report['autoregressive']['distinct_4gram_share']:.2f}")
     lossy = [[name, str(m["initial_mismatches"]), str(m["rescued_tokens"]), str(m["draft_forwards"])]
              for name, m in report.items() if m.get("rescued_tokens") or name.startswith("fly")]

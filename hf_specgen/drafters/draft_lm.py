@@ -26,6 +26,8 @@ choice) this is lossless for greedy and for sampling (rejection sampling with a 
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
 from ..engine.cache import CachePool, set_cache_length
@@ -86,15 +88,21 @@ class DraftModelProposer:
         self._rows_step = StepRunner(self._draft_rows_step, compile_steps, device)
         self._caches = CachePool(keep=compile_steps)
         self._cache_key = cache_keyword(draft_model)
+        # the forwards that read only their last row's logits (a drafting step) or none (catching up on committed
+        # rows) compute the lm_head over that row alone, where the model takes logits_to_keep: the vocabulary's
+        # product over every row of a prompt it catches up on is most of that read for a small draft LM
+        takes = "logits_to_keep" in inspect.signature(draft_model.forward).parameters
+        self._last_logits_only = {"logits_to_keep": 1} if takes else {}
 
-    def _forward(self, ids, positions, mask):
-        # ids [B, n]; positions [B, n]; mask [B, 1, n, K] -> logits [B, n, V]
+    def _forward(self, ids, positions, mask, last_only: bool = False):
+        # ids [B, n]; positions [B, n]; mask [B, 1, n, K] -> logits [B, n, V] ([B, 1, V] or so with last_only)
         return self.draft_model(input_ids=ids, position_ids=positions, attention_mask=mask,
-                                **{self._cache_key: self.cache}, use_cache=True).logits
+                                **{self._cache_key: self.cache}, use_cache=True,
+                                **(self._last_logits_only if last_only else {})).logits
 
     def _draft_step(self, ids, positions, mask):
         # -> ([B] argmax after the last row, [B] its probability, or None where nothing reads it)
-        logits = self._forward(ids, positions, mask)[:, -1]
+        logits = self._forward(ids, positions, mask, last_only=True)[:, -1]
         if self.confidence_threshold is None and not self.stops_when_unsure:
             return logits.argmax(dim=-1), None
         confidence, token = logits.float().softmax(dim=-1).max(dim=-1)
@@ -181,7 +189,7 @@ class DraftModelProposer:
 
         def step() -> None:
             set_cache_length(self.cache, firsts)
-            self._forward(ids, positions, mask)
+            self._forward(ids, positions, mask, last_only=True)
 
         return step
 
@@ -194,7 +202,7 @@ class DraftModelProposer:
         behind = (firsts - rows).clamp(min=0)  # (a finished row's window may start at slot 0)
         set_cache_length(self.cache, behind)
         self._forward(session.token_block(behind, rows), session.position_block(behind, rows),
-                      session.causal_mask(behind, rows))
+                      session.causal_mask(behind, rows), last_only=True)
         self.forward_calls += rows > self.unread_prompt_rows  # a drafting forward where plain steps' rows are in it
         self.unread_rows = self.unread_prompt_rows = 0
 

@@ -20,7 +20,8 @@ decoding forward on a CPU"; docs/benchmarks/narrow_rows/forward_rows.txt):
 
 Each kind (``KINDS``) is taken only in eager forwards on a CPU, and only where a timing of both ways over the first
 call's own cache found it ``ROUTE_MARGIN`` faster (``route_pays``; ``SpeculativeDecoder._decide_narrow_rows``), once
-per process, target, device and kind, so a CPU whose library kernels are fast keeps them. ``RoutedLinears`` swaps the
+per process, target, device and kind, so a CPU whose library kernels are fast keeps them (a separate draft LM's
+kinds likewise, timed on its own forwards: ``SpeculativeDecoder._draft_model_routes``). ``RoutedLinears`` swaps the
 forwards of a model's ``nn.Linear`` modules for the kinds taken while it is entered (around the engine's decoding
 forwards of the target, the drafter's forwards in a round, and the prefill of every call after the kinds were
 timed: a 128-512-token prompt prefilled 1.7-1.9x as fast in fp32 over packed weights, 1.03-1.09x in bf16): a torch
@@ -217,12 +218,12 @@ def route_pays(run_plain, run_routed, device: torch.device, passes: int = ROUTE_
     return seconds[run_routed] < (1 - margin) * seconds[run_plain]
 
 
-def describe_routes(decided: dict[tuple[str, str], bool]) -> str | None:
+def describe_routes(decided: dict[tuple[str, str], bool], whose: str = "decoding linears") -> str | None:
     """One line for a benchmark's report: which kinds of forward this process's calls timed (a target's
-    ``CostModel.narrow_rows``, by (device, kind name)) and whether each was taken; None where none was timed (a GPU,
-    compiled steps)."""
+    ``CostModel.narrow_rows``, or a draft LM's, by (device, kind name)) and whether each was taken; None where none
+    was timed (a GPU, compiled steps). ``whose``: the linears the line is about."""
     verdicts = ("not taken (not {:.0%} faster)".format(ROUTE_MARGIN), "taken (timed faster)")
     order = {kind.name: i for i, kind in enumerate(KINDS)}
     parts = [f"{name} on {device}: {verdicts[taken]}"
              for (device, name), taken in sorted(decided.items(), key=lambda item: (item[0][0], order[item[0][1]]))]
-    return "decoding linears (engine/narrow_rows.py): " + "; ".join(parts) if parts else None
+    return f"{whose} (engine/narrow_rows.py): " + "; ".join(parts) if parts else None

@@ -934,10 +934,10 @@ class SpeculativeDecoder:
         """The routes of a separate draft LM's forwards: each kind timed once per process, draft model and device
         on one of its own forwards over its cache (a drafting step of one row per batch row, or the first step's
         two), the verdicts kept on the draft model's cost model. Its forwards are a target's plain steps in small:
-        on the tiny world's 2-layer draft LM a one-token step took 2.0 ms over packed weights in bf16 against 2.5
-        the library's way, and 1.7 against 2.6 over the weights' halves in fp32 with AVX2 kernels (one thread), where
-        a drafting round of 7 tokens spends most of its time in such steps. The drafts only propose: any kernel's
-        rounding leaves the verified tokens the target's."""
+        a one-token step of the tiny world's 2-layer draft LM took 9-35% less over packed weights in bf16, and over
+        the weights' halves in fp32 with AVX2 kernels (one thread; docs/width-policy.md), where a drafting round of
+        7 tokens spends most of its time in such steps. The drafts only propose: any kernel's rounding leaves the
+        verified tokens the target's."""
         decided, device, batch = costs_of(draft_model).narrow_rows, str(session.device), session.batch_size
         linears = routable_linears(draft_model)
         packs = (any(k.way == "packed" and decided.get((device, k.name), True) for k in kinds)

@@ -482,6 +482,54 @@ def test_a_draft_lm_catches_up_on_the_rows_copies_alone_committed(monkeypatch):
     assert after and all(kept[i] == 8 for i in after), list(zip(widths, kept))
 
 
+def test_a_draft_lm_reads_the_copies_a_drafted_round_kept_in_place_of_its_drafts(monkeypatch):
+    """A drafted round may verify copied tokens in place of the draft LM's drafts (the overlay); where the target
+    keeps them, the draft cache had read the draft LM's own drafts at those slots, so it reads the committed tokens
+    when it next drafts. Copies made right here (the target's own continuation, in every round) and a draft LM of
+    other weights: before each draft, layer 0's keys at every slot the draft cache has read are those of the
+    committed tokens (they depend on the token and position alone)."""
+    from transformers import DynamicCache
+
+    from hf_specgen.drafters.draft_lm import DraftModelProposer
+    from hf_specgen.engine.lookup import HostPromptLookup
+
+    target = make_target("qwen3", seed=5)
+    draft_lm = make_target("qwen3", seed=9, num_hidden_layers=1)
+    prompt = torch.randint(3, 200, (1, 13), generator=torch.Generator().manual_seed(2))
+    reference = target.generate(prompt, max_new_tokens=40, do_sample=False, eos_token_id=None)[0]
+
+    def overlay(self, draft, session):  # every row takes "copies" that are the target's own next tokens
+        start = session.host_lengths[0]
+        copies = reference[start: start + draft.shape[1] - 1]
+        copies = torch.cat([copies, copies.new_zeros(draft.shape[1] - 1 - len(copies))])
+        self._round = None
+        return torch.cat([draft[:, :1], copies[None]], dim=1)
+
+    monkeypatch.setattr(HostPromptLookup, "overlay", overlay)
+    monkeypatch.setattr(HostPromptLookup, "learn", lambda self, *args: None)
+    checked = []
+    catch_up = DraftModelProposer._catch_up
+
+    def checked_catch_up(self, firsts):
+        catch_up(self, firsts)
+        read = int(firsts[0])  # slots 0 .. firsts - 1 hold what the draft cache has read
+        committed = self.session.tokens[:1, :read]
+        scratch = DynamicCache()
+        with torch.no_grad():
+            self.draft_model(committed, past_key_values=scratch, use_cache=True)
+        cached = self.cache.layers[0].keys[:1, :, :read]
+        torch.testing.assert_close(cached, scratch.layers[0].keys, rtol=1e-4, atol=1e-4)
+        checked.append(read)
+
+    monkeypatch.setattr(DraftModelProposer, "_catch_up", checked_catch_up)
+    out = target.generate(prompt, assistant_model=draft_lm, speculative_mode="classic", num_draft_tokens=4,
+                          prompt_lookup=True, max_new_tokens=40, do_sample=False, eos_token_id=None,
+                          return_dict_in_generate=True)
+    assert out.sequences[0].tolist() == reference.tolist()
+    kept = out.speculative_stats.acceptance_lengths
+    assert max(kept) == 5 and len(checked) == len(kept)  # copies kept whole, each round's draft cache checked
+
+
 def test_a_hybrid_target_stays_exact_with_copies_verified_alone(monkeypatch):
     """On a target with linear-attention layers a copy round that commits fewer rows than it verified re-feeds the
     committed ones, as a drafted round does: with every round that has a copy at hand verifying it alone, at random

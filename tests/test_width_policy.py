@@ -564,6 +564,13 @@ def test_drafting_rounds_that_catch_up_after_plain_steps_teach_no_drafting_cost(
     drafting = [0.05, 0, 0, 0.03, 0, 0, 0.03, 0, 0, 0.03, 0.004]  # after plain steps: 0.03 (catch-up)
     policy.learn_costs(widths, [0.02] * len(widths), drafting)
     assert table.draft == pytest.approx(0.004)
+    # nor one after a drafting round whose drafter first read rows it had not seen (a draft LM re-reading the copies
+    # the round before kept in place of its drafts)
+    table = CostTable({1: 0.01, 4: 0.012}, draft=0.004)
+    policy = WidthPolicy((1, 2, 4), table, AcceptanceEstimate(4))
+    policy.read_rows = {1: 3, 2: 3}
+    policy.learn_costs([4, 4, 4, 4], [0.02] * 4, [0.004, 0.03, 0.03, 0.004])
+    assert table.draft == pytest.approx(0.004)
 
 
 def _choices_while_every_draft_fails(policy: WidthPolicy, rounds: int) -> list[int]:

@@ -250,6 +250,13 @@ class DraftModelProposer:
     def commit(self, verify_features, n_committed: torch.Tensor) -> None:
         pass  # the next round re-reads the committed tokens from the session
 
+    def commit_copied(self, accepted: int) -> None:
+        """The round just committed verified copied tokens (prompt lookup) in place of this draft LM's drafts in some
+        row, up to ``accepted`` of them kept in a row: the draft cache read its own drafts at those slots, so it reads
+        the committed tokens there when it next drafts (all but the newest, which every drafting path rewrites).
+        Without it, a row whose copy the target kept went on drafting from a context of tokens it never committed."""
+        self.unread_rows = max(self.unread_rows, accepted - 1)
+
     def commit_plain(self, verify_features, n_committed: torch.Tensor, rows: int = 1) -> None:
         """A round this draft LM did not draft (a plain step, or a verify of copied tokens) committed ``rows`` tokens
         per active row: the draft cache falls that much further behind, caught up when drafting resumes."""

@@ -492,6 +492,7 @@ class SpeculativeDecoder:
                 while active_rows:
                     r0 = clock.mark()
                     looked_up = False  # whether this round's block holds copied tokens (prompt lookup)
+                    copied_in = False  # whether a row may verify copies in place of its drafter's drafts
                     round_started = time.perf_counter()  # after the last round's host sync: its whole clock
                     if policy is not None and batch > 1:  # a batch's width pays until its slowest row is done
                         policy.set_rows([session.row_ids[b] for b in active_rows],
@@ -547,8 +548,10 @@ class SpeculativeDecoder:
                             draft = (draft if draft.dim() == 2 else draft[None])[:, :round_width]
                         if (lookup is not None and not isinstance(draft, TreeProposal) and round_width != 1
                                 and getattr(policy, "overlays_copies", True)):  # (a drafted round verifying 1 row)
-                            draft = lookup.overlay(draft if draft.dim() == 2 else draft[None], session)
+                            block = draft if draft.dim() == 2 else draft[None]
+                            draft = lookup.overlay(block, session)
                             looked_up = True
+                            copied_in = draft is not block  # (a CPU's lookup hands back a block it left alone)
                     r1 = clock.mark()
                     # a plain step commits its one row: nothing to roll back
                     saved_states = snapshot_states(self.cache) if self._state_layers and round_width != 1 else None
@@ -595,6 +598,9 @@ class SpeculativeDecoder:
                             self.proposer.commit_plain(features, counts)
                         else:  # (a round that drafted, then verified one row too: its drafter moves on as after any)
                             self.proposer.commit(features, counts)
+                            reread = getattr(self.proposer, "commit_copied", None)
+                            if copied_in and reread is not None:  # a draft LM read its own drafts where copies went
+                                reread(max(numbers[2][b] for b in active_rows))
                     if policy is not None:
                         # a round in which a row stopped (EOS, max_new_tokens) may have committed fewer tokens than
                         # it accepted: no measure of what its width delivers

@@ -929,7 +929,9 @@ class WidthPolicy:
             if i not in self.refed_rounds:
                 verify.setdefault(width, []).append(round_seconds[i] - round_draft_seconds[i])
             drafted = self.drafted_rows.get(i, width)
-            if i in drafting and i - 1 in drafting and self.drafts:  # as the whole block's (a narrow round drafts less)
+            # as the whole block's (a narrow round drafts less); not a round whose drafter first read rows it had not
+            # seen (a draft LM re-reading the copies a round kept in place of its drafts): that read is no drafting
+            if i in drafting and i - 1 in drafting and i not in self.read_rows and self.drafts:
                 seconds = round_draft_seconds[i]
                 whole = seconds if i in self.whole_block_rounds else self.whole_block_draft(drafted, seconds)
                 draft.setdefault(width, []).append(whole)

@@ -189,6 +189,29 @@ def single_row_steps_as_stock(device: torch.device, dtype: torch.dtype) -> bool:
     return device.type != "cpu" or dtype == torch.float32
 
 
+def _timed_routes(linears: list[torch.nn.Linear], decided: dict, device: torch.device, dtype: torch.dtype, kinds,
+                  ways) -> RoutedLinears | None:
+    """The routes of ``linears`` (a target's, or a draft LM's) for a call's forwards: each of ``kinds`` that
+    ``decided`` (that model's verdicts, by (device, kind name)) does not hold yet is timed both ways, where
+    ``ways(kind, routed)`` gives them (run_plain, run_routed; None where no forward of the call is of that kind), and
+    its verdict kept there. Packed kinds need packed copies: made where such a kind is untimed or taken (not where
+    they would not fit in memory: such kinds stay untimed and off the call), and dropped where none is taken."""
+    key = str(device)
+    packs = (any(k.way == "packed" and decided.get((key, k.name), True) for k in kinds)
+             and pack_linears(linears, dtype))
+    kinds = tuple(k for k in kinds if k.way != "packed" or packs)
+    for kind in kinds:
+        if (key, kind.name) in decided:
+            continue
+        timed = ways(kind, RoutedLinears(linears, (kind,)))
+        if timed is not None:
+            decided[key, kind.name] = route_pays(*timed, device)
+    taken = tuple(k for k in kinds if decided.get((key, k.name)))
+    if packs and not any(k.way == "packed" for k in taken):
+        drop_packed(linears)  # timed slower here: no copies kept for nothing
+    return RoutedLinears(linears, taken) if taken else None
+
+
 class SpeculativeDecoder:
     """Runs speculative generate calls for ``target`` with a proposer (see drafters/)."""
 
@@ -944,65 +967,53 @@ class SpeculativeDecoder:
         the weights' halves in fp32 with AVX2 kernels (one thread; docs/width-policy.md), where a drafting round of
         7 tokens spends most of its time in such steps. The drafts only propose: any kernel's rounding leaves the
         verified tokens the target's."""
-        decided, device, batch = costs_of(draft_model).narrow_rows, str(session.device), session.batch_size
-        linears = routable_linears(draft_model)
-        packs = (any(k.way == "packed" and decided.get((device, k.name), True) for k in kinds)
-                 and pack_linears(linears, dtype))
-        kinds = tuple(k for k in kinds if k.way != "packed" or packs)
-        for kind in kinds:
-            rows = next((w for w in (1, 2) if kind.holds(batch * w, dtype)), None)
-            if (device, kind.name) in decided or rows is None:
-                continue
-            run_step = self.proposer.timing_step(rows)
-            routed = RoutedLinears(linears, (kind,))
+        batch = session.batch_size
 
-            def run(routes: RoutedLinears | None, run_step=run_step) -> None:
+        def ways(kind, routed: RoutedLinears):
+            rows = next((w for w in (1, 2) if kind.holds(batch * w, dtype)), None)
+            if rows is None:
+                return None
+            run_step = self.proposer.timing_step(rows)
+
+            def run(routes: RoutedLinears | None) -> None:
                 with routes or nullcontext():
                     run_step()
 
-            decided[device, kind.name] = route_pays(lambda: run(None), lambda: run(routed), session.device)
-        taken = tuple(k for k in kinds if decided.get((device, k.name)))
-        if packs and not any(k.way == "packed" for k in taken):
-            drop_packed(linears)  # timed slower here: no copies kept for nothing
-        return RoutedLinears(linears, taken) if taken else None
+            return lambda: run(None), lambda: run(routed)
+
+        return _timed_routes(routable_linears(draft_model), costs_of(draft_model).narrow_rows, session.device,
+                             dtype, kinds, ways)
 
     def _time_narrow_rows(self, session: DecodingSession, show, dtype: torch.dtype, kinds) -> None:
         """Times each of ``kinds`` this call's forwards can run and no earlier call timed, and sets ``self._routes``
         to the kinds taken (_decide_narrow_rows)."""
-        decided, device = costs_of(self.target).narrow_rows, str(session.device)
         batch = session.batch_size
         # the widths a verify of this call may have: any up to the widest where widths vary (the width policy, a
         # hybrid target's re-feed of the committed rows), else the fixed block; at this batch size or any it shrinks to
         widths = range(1, self._copy_width() + 1) if self.adaptive or self._state_layers else (self.width,)
         possible = {rows * w for rows in range(1, batch + 1) for w in widths}
-        linears = routable_linears(self.target)
-        # packed weights where a packed kind is untimed or taken (False where the copies would not fit in memory:
-        # such kinds stay untimed and off this call)
-        packs = (any(k.way == "packed" and decided.get((device, k.name), True) for k in kinds)
-                 and pack_linears(linears, dtype))
-        kinds = tuple(k for k in kinds if k.way != "packed" or packs)
         timing = None  # (run_verify, finish), once something is timed
-        for kind in kinds:
+
+        def ways(kind, routed: RoutedLinears):
+            nonlocal timing
             # the narrowest verify width whose rows at this batch size are of this kind (none: a batch of 4 about a
             # one-row step, untimed until a call of one prompt)
             timed_width = next((w for w in sorted(widths) if kind.holds(batch * w, dtype)), None)
-            if ((device, kind.name) in decided or timed_width is None
-                    or not any(kind.holds(rows, dtype) for rows in possible)):
-                continue
+            if timed_width is None or not any(kind.holds(rows, dtype) for rows in possible):
+                return None
             timing = timing or self._timing_verify(session, show)
-            routed = RoutedLinears(linears, (kind,))
 
-            def run(routes: RoutedLinears | None, run_verify=timing[0], width=timed_width) -> None:
+            def run(routes: RoutedLinears | None, run_verify=timing[0]) -> None:
                 self._routes = routes
-                run_verify(width)
+                run_verify(timed_width)
 
-            decided[device, kind.name] = route_pays(lambda: run(None), lambda: run(routed), session.device)
+            return lambda: run(None), lambda: run(routed)
+
+        routes = _timed_routes(routable_linears(self.target), costs_of(self.target).narrow_rows, session.device,
+                               dtype, kinds, ways)
         if timing is not None:
             timing[1]()
-        taken = tuple(k for k in kinds if decided.get((device, k.name)))
-        if packs and not any(k.way == "packed" for k in taken):
-            drop_packed(linears)  # timed slower here: no copies kept for nothing
-        self._routes = RoutedLinears(linears, taken) if taken else None
+        self._routes = routes
 
     def _drop_finished_rows(self, session: DecodingSession, finished_rows: "FinishedRows", active_rows: list[int]):
         """Keep the session's (and its caches') and the proposer's ``active_rows`` only; the others' tokens go to

@@ -26,14 +26,12 @@ choice) this is lossless for greedy and for sampling (rejection sampling with a 
 
 from __future__ import annotations
 
-import inspect
-
 import torch
 
 from ..engine.cache import CachePool, set_cache_length
 from ..engine.graphs import StepRunner
 from ..engine.proposer import keep_batch_rows
-from ..engine.support import cache_keyword, recurrent_state_reason, rollback_layer_indices
+from ..engine.support import cache_keyword, last_logits_only, recurrent_state_reason, rollback_layer_indices
 from ..engine.taps import decoder_layers
 from ..models.eagle3 import Eagle3DraftModel
 from .ngram import ngram_candidates
@@ -91,8 +89,7 @@ class DraftModelProposer:
         # the forwards that read only their last row's logits (a drafting step) or none (catching up on committed
         # rows) compute the lm_head over that row alone, where the model takes logits_to_keep: the vocabulary's
         # product over every row of a prompt it catches up on is most of that read for a small draft LM
-        takes = "logits_to_keep" in inspect.signature(draft_model.forward).parameters
-        self._last_logits_only = {"logits_to_keep": 1} if takes else {}
+        self._last_logits_only = last_logits_only(draft_model)
 
     def _forward(self, ids, positions, mask, last_only: bool = False):
         # ids [B, n]; positions [B, n]; mask [B, 1, n, K] -> logits [B, n, V] ([B, 1, V] or so with last_only)

@@ -19,7 +19,6 @@ that read the sequence (repetition penalty, ...), trees and routers.
 
 from __future__ import annotations
 
-import inspect
 import math
 import threading
 import time
@@ -37,8 +36,9 @@ from .narrow_rows import RoutedLinears, drop_packed, kinds_for, pack_linears, ro
 from .prefill import forward_overhead_tokens, prefill_groups, prefill_in_groups, prefills_in_groups
 from .session import DecodingSession
 from .stats import RoundClock, SpeculativeStats
-from .support import (attention_layout, cache_keyword, check_target, hybrid_layer_indices, layer_masks, model_type,
-                      padded_prefill_reason, rollback_layer_indices, rollback_mode_reason, states_per_recurrent_layer)
+from .support import (attention_layout, cache_keyword, check_target, hybrid_layer_indices, last_logits_only,
+                      layer_masks, model_type, padded_prefill_reason, rollback_layer_indices, rollback_mode_reason,
+                      states_per_recurrent_layer)
 from .taps import decoder_layers, tapped
 from .tree import TreeProposal, accept_greedy, accept_sampling, accepted_within_budgets, compact_path
 from .verify import accept_block, check_processors, process_block_logits, target_choices
@@ -241,9 +241,8 @@ class SpeculativeDecoder:
         self._verify = StepRunner(self._verify_step, compile_steps, target.device)
         # The prefill needs the logits of the last prompt token only (stock generate asks the same of models that
         # take logits_to_keep): the LM head over every prompt row is a large share of a long prompt's prefill.
-        takes = "logits_to_keep" in inspect.signature(target.forward).parameters
         self._cache_key = cache_keyword(target)
-        self._last_logits_only = {"logits_to_keep": 1} if takes else {}
+        self._last_logits_only = last_logits_only(target)
         self._caches = CachePool(keep=compile_steps, compileable=compile_steps)  # (exact single-row steps: _generate)
         # Linear-attention / conv layers (Qwen3.5, Qwen3-Next, LFM2, ...): snapshotted before each verify and re-fed
         # the committed tokens after it (_roll_back_states); empty for attention-only targets

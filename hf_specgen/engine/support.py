@@ -59,6 +59,13 @@ def cache_keyword(model) -> str:
     return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
+def last_logits_only(model) -> dict:
+    """The keyword arguments that make a model's forward compute the logits of its last row only
+    (``logits_to_keep=1``, as stock generate asks of models that take it), or none where its forward does not."""
+    forward = getattr(model, "forward", model)
+    return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(forward).parameters else {}
+
+
 def text_config(model):
     return model.config.get_text_config(decoder=True)
 

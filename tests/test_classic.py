@@ -110,3 +110,51 @@ def test_confidence_threshold_stops_drafting_early_and_stays_lossless():
         target.generate(prompt, assistant_model=small, speculative_mode="classic", draft_confidence_threshold=1.5)
     with pytest.raises(ValueError, match="applies to speculative_mode='classic'"):
         target.generate(prompt, assistant_model=small, speculative_mode="fly", draft_confidence_threshold=0.4)
+
+
+@pytest.mark.parametrize("call", [dict(num_draft_tokens=5), dict(), dict(num_draft_tokens=4, prompt_lookup=True)])
+def test_a_draft_lm_feeds_one_row_where_its_cache_holds_every_committed_row_but_the_newest(monkeypatch, call):
+    """A drafting round's first draft-LM step feeds the newest committed token alone where the draft cache read every
+    committed row before it (the last round kept fewer drafts than were fed), else the two newest. Before each such
+    step, layer 0's keys at every slot the cache is taken to hold are those of the committed tokens (they depend on
+    the token and position alone); a draft LM of the target's weights, lightly perturbed, keeps every draft in some
+    rounds and not in others, so both steps run. Fixed, the width policy's (the default call) and with copies."""
+    from transformers import DynamicCache
+
+    from hf_specgen.drafters.draft_lm import DraftModelProposer
+
+    target = make_target("qwen3", seed=5)
+    draft_lm = copy.deepcopy(target)
+    with torch.no_grad():
+        for parameter in draft_lm.parameters():
+            parameter.add_(torch.randn(parameter.shape, generator=torch.Generator().manual_seed(1)) * 0.02)
+    rng = random.Random(4)
+    prompt = random_prompt(rng, 20)
+    prompt = torch.cat([prompt, prompt[:, 3:15]], dim=1)  # text to copy from, for prompt lookup
+    reference = target.generate(prompt, max_new_tokens=60, do_sample=False, eos_token_id=None)
+    steps = []
+    start = DraftModelProposer.start  # (the step runner is an instance attribute: wrapped per call)
+
+    def checked_start(self, session, prompt_features):
+        start(self, session, prompt_features)
+        runner = self._step
+
+        def first_or_later(ids, positions, mask):
+            if positions[0, 0] == self.session.last_slots[0] - ids.shape[1] + 1:  # a round's first step
+                held = int(positions[0, 0])  # slots 0 .. held - 1 must hold the committed tokens
+                scratch = DynamicCache()
+                with torch.no_grad():
+                    self.draft_model(self.session.tokens[:1, :held], past_key_values=scratch, use_cache=True)
+                torch.testing.assert_close(self.cache.layers[0].keys[:1, :, :held], scratch.layers[0].keys,
+                                           rtol=1e-4, atol=1e-4)
+                steps.append(ids.shape[1])
+            return runner(ids, positions, mask)
+
+        self._step = first_or_later
+
+    monkeypatch.setattr(DraftModelProposer, "start", checked_start)
+    out = target.generate(prompt, assistant_model=draft_lm, speculative_mode="classic", max_new_tokens=60,
+                          do_sample=False, eos_token_id=None, return_dict_in_generate=True, **call)
+    assert out.sequences.tolist() == reference.tolist()
+    kept = out.speculative_stats.acceptance_lengths
+    assert 1 in steps and 2 in steps, (steps, kept)

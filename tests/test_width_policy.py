@@ -4,6 +4,7 @@ loaded; an explicit block keeps the fixed width."""
 
 from __future__ import annotations
 
+import copy
 import math
 import random
 import statistics
@@ -182,8 +183,9 @@ def test_compiled_calls_build_every_widths_graphs_before_their_first_round(monke
         return state["widths"][state["round"] % len(state["widths"])]
 
     monkeypatch.setattr(WidthPolicy, "choose", scripted)
-    # a chain on a CPU reads each draft's probability (never stopping here) and verifies the scripted width
+    # a chain on a CPU reads each draft's probability (never stopping here), drafts and verifies the scripted width
     monkeypatch.setattr("hf_specgen.engine.loop.UNSURE_STOP", 0.0)
+    monkeypatch.setattr(WidthPolicy, "unsure_drafting_width", lambda self, chosen: chosen)
     monkeypatch.setattr(WidthPolicy, "confident_width", lambda self, chosen, confidences, rate: chosen)
     target = make_target("qwen3", seed=21)
     if drafter_kind == "dflash":
@@ -1257,6 +1259,74 @@ def test_a_token_by_token_drafter_on_a_cpu_stops_drafting_when_unsure(mode, monk
                 stopped += 1
                 assert math.prod(row) < UNSURE_STOP  # and it stopped only once it was not
     assert stopped >= 2 and len({width for _, _, width in rounds}) >= 3
+
+
+@pytest.mark.parametrize("mode", ["eagle3", "classic", "whiflash"])
+def test_a_drafter_that_stops_when_unsure_drafts_up_to_the_reach_at_any_width(mode, monkeypatch):
+    """Eager, a token-by-token drafter's policy chooses among every width up to its block (it may stop after any
+    draft), and when it stops only where unsure, a round drafts as far as the estimate's reach (twice the widest
+    round verified so far), not just the width the policy chose: here every round is chosen 2 rows wide, the
+    drafter is never unsure and every draft is verified, so the rounds widen 2, 4, 8 up to the block (a batch's
+    stay 2 rows wide). Not
+    WhiFlash's EAGLE-3 side, whose policy's rates are compared with DFlash's: its widths stay the buckets and its
+    rounds the chosen width. The tokens stay stock greedy's."""
+    target = make_target("llama", seed=4)
+    drafter = _unsure_drafter(mode, target)
+    offered = set()
+
+    def narrowest(self, copying=False):
+        offered.add(self.widths)
+        return 2
+
+    monkeypatch.setattr(WidthPolicy, "choose", narrowest)
+    monkeypatch.setattr("hf_specgen.engine.loop.UNSURE_STOP", 0.0)
+    monkeypatch.setattr(WidthPolicy, "confident_width", lambda self, chosen, confidences, rate: len(confidences[0]) + 1)
+    prompt = random_prompt(random.Random(6), 21)
+    ref = target.generate(prompt, max_new_tokens=50, do_sample=False, eos_token_id=None)
+    out = target.generate(prompt, assistant_model=drafter, speculative_mode=mode, max_new_tokens=50, do_sample=False,
+                          eos_token_id=None, return_dict_in_generate=True, prompt_lookup=False)
+    assert out.sequences.tolist() == ref.tolist()
+    block = max(max(widths) for widths in offered)
+    widths = out.speculative_stats.round_widths
+    if mode == "whiflash":
+        assert offered == {(1, 2, 4, 8)} and set(widths) == {2}, (offered, widths)
+        assert "eagle3" in out.speculative_stats.drafter_per_round
+        return
+    assert offered == {tuple(range(1, block + 1))} and block >= 8
+    assert widths[-4:-1] == [block] * 3 and {2, 4} <= set(widths), widths
+    # a batch drafts until every row is unsure, seldom before the block: it drafts the chosen width while two rows
+    # decode (30 tokens each, at most 2 a round: 15 rounds at least; a row left alone drafts on to the reach)
+    out = _exact_on_padded_batch(target, random.Random(2), [9, 17], 30, assistant_model=drafter,
+                                 speculative_mode=mode, prompt_lookup=False)
+    assert out.speculative_stats.round_widths[:15] == [2] * 15
+
+
+def test_a_draft_lm_drafting_on_to_the_reach_attends_every_slot_it_writes(monkeypatch):
+    """A round chosen 2 rows wide that drafts on to the reach writes past the slots the chosen width would show its
+    eager steps (the committed ones rounded up to 8): they are shown too, so every draft-LM forward's mask has a
+    column for each slot it writes, and the target's own copy as draft LM, never unsure here, has every draft
+    kept."""
+    target = make_target("qwen3", seed=3)
+    draft_lm = copy.deepcopy(target)
+    forwards = []  # (first position, whether a written slot has no mask column)
+    draft_lm.model.register_forward_pre_hook(lambda module, args, kwargs: forwards.append((
+        int(kwargs["position_ids"].min()), int(kwargs["position_ids"].max()) >= kwargs["attention_mask"].shape[-1])),
+        with_kwargs=True)
+    monkeypatch.setattr(WidthPolicy, "choose", lambda self, copying=False: 2)
+    monkeypatch.setattr("hf_specgen.engine.loop.UNSURE_STOP", 0.0)
+    monkeypatch.setattr(WidthPolicy, "confident_width", lambda self, chosen, confidences, rate: len(confidences[0]) + 1)
+    prompt = random_prompt(random.Random(1), 30)
+    ref = target.generate(prompt, max_new_tokens=60, do_sample=False, eos_token_id=None)
+    out = target.generate(prompt, assistant_model=draft_lm, speculative_mode="classic",
+                          max_new_tokens=60, do_sample=False, eos_token_id=None, return_dict_in_generate=True,
+                          prompt_lookup=False)
+    assert out.sequences.tolist() == ref.tolist()
+    stats = out.speculative_stats
+    # the rounds' forwards: from its first read of the prompt on (before it, the kernels' timing runs a drafting
+    # step's shape, whose rows the rounds rewrite)
+    rounds = forwards[[first for first, _ in forwards].index(0):]
+    assert max(stats.round_widths) == 8 and len(rounds) > 20 and not any(unseen for _, unseen in rounds)
+    assert all(kept == width for kept, width in zip(stats.acceptance_lengths[:-1], stats.round_widths)), stats
 
 
 def test_the_confident_width_weighs_expected_tokens_against_the_verify_at_the_calls_rate():

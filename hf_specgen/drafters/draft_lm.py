@@ -1,9 +1,10 @@
 """Classic speculative decoding: a small causal LM of the same tokenizer drafts K tokens one at a time.
 
 Round r, with ``start`` = slot of the last committed token and K = num_draft_tokens (W = K + 1 rows verified):
-  1. the draft model runs on the two committed tokens at slots start-1 and start (always two rows, so the step has a
-     fixed shape: after a full accept the slot before ``start`` is missing from its cache, otherwise it is rewritten
-     with the same values) and proposes d1 = argmax at ``start``;
+  1. the draft model runs on the newest committed token at slot ``start`` and proposes d1 = argmax at ``start``;
+     where its cache lacks the slot before (the last round's drafts were all kept, so the last of them was never fed;
+     copied tokens were verified in place of its drafts; the first round), it runs on the two tokens at start-1 and
+     start (a one-row forward costs the tiny world's draft LM 1.6 ms where two rows cost 2.4-3.7, fp32 with AVX2);
   2. K-1 one-row steps feed d_j at slot start+j and propose d_{j+1}; with a confidence threshold (transformers'
      assisted-generation heuristic) a batch row stops drafting once the draft model's top probability falls below
      it and repeats its last draft from there (any token is a valid draft: acceptance stops at the first token the
@@ -122,6 +123,11 @@ class DraftModelProposer:
         self.unread_rows = max(session.prompt_len - 1, 0)
         self.unread_prompt_rows = self.unread_rows  # (read as the prefill was: no drafting forward of the count)
         self.drafts = torch.zeros((session.batch_size, self.block_size), dtype=torch.long, device=session.device)
+        # The drafts of this proposer's last drafting round whose slots the draft cache read (None before its first:
+        # prompt lookup's drafting path rewrites the two newest rows itself), and whether the cache holds every
+        # committed row but the newest (the first drafting step then feeds that one row alone)
+        self.fed_drafts: int | None = None
+        self.reads_newest_only = False
         if self.ngram:
             self._first_real_slots = session.left_padding.tolist()
 
@@ -141,9 +147,10 @@ class DraftModelProposer:
         n_drafts = self.num_draft_tokens if width is None or whole_block else min(width - 1, self.num_draft_tokens)
         if self.ngram:
             return self._propose_with_ngrams(n_drafts)
-        set_cache_length(self.cache, firsts)
-        token, confidence = self._step(session.token_block(firsts, 2), session.position_block(firsts, 2),
-                                       session.causal_mask(firsts, 2))
+        first, rows = (starts, 1) if self.reads_newest_only and not self.unread_rows else (firsts, 2)
+        set_cache_length(self.cache, first)
+        token, confidence = self._step(session.token_block(first, rows), session.position_block(first, rows),
+                                       session.causal_mask(first, rows))
         self.drafts[:, 0] = session.token_block(starts, 1)[:, 0]
         self.drafts[:, 1] = token
         drafted = 1
@@ -169,6 +176,8 @@ class DraftModelProposer:
                 confidences.append(confidence)
                 all_right = all_right * confidence
         self.forward_calls += drafted
+        self.fed_drafts = drafted - 1  # d_1 .. d_{drafted - 1} were fed at their slots; later ones (padding) not
+        self.reads_newest_only = False  # (until commit_accepted says how many drafts were kept)
         self.confidences = torch.stack(confidences, dim=1) if self.stops_when_unsure else None  # [B, drafted]
         if drafted < n_drafts and (stop_below is not None or not self._step.compiled):
             return self.drafts[:, : drafted + 1].clone()  # eager: verify only what was drafted (fewer target rows)
@@ -247,17 +256,26 @@ class DraftModelProposer:
     def commit(self, verify_features, n_committed: torch.Tensor) -> None:
         pass  # the next round re-reads the committed tokens from the session
 
-    def commit_copied(self, accepted: int) -> None:
-        """The round just committed verified copied tokens (prompt lookup) in place of this draft LM's drafts in some
-        row, up to ``accepted`` of them kept in a row: the draft cache read its own drafts at those slots, so it reads
-        the committed tokens there when it next drafts (all but the newest, which every drafting path rewrites).
-        Without it, a row whose copy the target kept went on drafting from a context of tokens it never committed."""
-        self.unread_rows = max(self.unread_rows, accepted - 1)
+    def commit_accepted(self, accepted: int, copied: bool = False) -> None:
+        """The round this draft LM drafted kept up to ``accepted`` drafts in a row (host-side, the batch's most).
+        Its cache read the drafts it fed; a kept draft past them (the last one, never fed, or the padding a compiled
+        batch repeats once every row fell below its confidence threshold) is read when it next drafts, as are the
+        committed rows of a round that verified copied tokens (prompt lookup, ``copied``) in place of its drafts in
+        some row: the cache read its own drafts at those slots. Without that, a row whose copy the target kept went
+        on drafting from a context of tokens it never committed. Where the cache holds every committed row but the
+        newest, the next drafting step feeds that one row alone."""
+        fed = 0 if copied else self.fed_drafts
+        if fed is None:  # (prompt lookup's drafting path rewrites the two newest rows itself)
+            return
+        missing = max(accepted - fed, 0)  # kept rows before the newest the cache did not read
+        self.unread_rows = max(self.unread_rows, missing - 1)  # (the two-row step reads the last of them)
+        self.reads_newest_only = missing == 0
 
     def commit_plain(self, verify_features, n_committed: torch.Tensor, rows: int = 1) -> None:
         """A round this draft LM did not draft (a plain step, or a verify of copied tokens) committed ``rows`` tokens
         per active row: the draft cache falls that much further behind, caught up when drafting resumes."""
         self.unread_rows += rows
+        self.reads_newest_only = False
 
     def keep_rows(self, rows: list[int]) -> None:
         keep_batch_rows(self, ("drafts", "_first_real_slots"), rows)

@@ -540,6 +540,7 @@ class SpeculativeDecoder:
                     else:
                         timing = policy is not None and policy.needs_draft_timing and len(rounds) >= 1
                         if timing:
+                            show()  # the whole block is drafted: every slot its drafting writes
                             draft_started = self._synced_time()
                         # [B, W] (or [W] at batch 1), or a TreeProposal; a proposer that drafts any width is told
                         # the round's (drafting as for the whole block while the policy times that)
@@ -547,6 +548,9 @@ class SpeculativeDecoder:
                         # the text at the width the policy chose: trimmed by the drafter's doubts, a probe on
                         # GSM8K after other kinds of text passed too rarely, and drafting resumed late)
                         unsure = stops_unsure and not policy.needs_draft_timing and not policy.probing
+                        if unsure:  # the drafter's doubts end its drafts, the rounds' average no longer does
+                            round_width = policy.unsure_drafting_width(round_width)
+                            show(round_width)  # (every slot its drafting may write)
                         with self._drafting_linears():
                             draft = (self.proposer.propose(round_width, whole_block=timing,
                                                            **({"stop_below": UNSURE_STOP} if unsure else {}))
@@ -620,9 +624,9 @@ class SpeculativeDecoder:
                             self.proposer.commit_plain(features, counts)
                         else:  # (a round that drafted, then verified one row too: its drafter moves on as after any)
                             self.proposer.commit(features, counts)
-                            reread = getattr(self.proposer, "commit_copied", None)
-                            if copied_in and reread is not None:  # a draft LM read its own drafts where copies went
-                                reread(max(numbers[2][b] for b in active_rows))
+                            kept = getattr(self.proposer, "commit_accepted", None)
+                            if kept is not None:  # a draft LM: which committed rows its cache has read
+                                kept(max(numbers[2][b] for b in active_rows), copied=copied_in)
                     if policy is not None:
                         # a round in which a row stopped (EOS, max_new_tokens) may have committed fewer tokens than
                         # it accepted: no measure of what its width delivers
@@ -805,7 +809,7 @@ class SpeculativeDecoder:
         policies = {}
         for name, proposer in drafters.items():
             policies[name] = self._drafter_policy(proposer, proposer.block_size, session, show, acceptance(name),
-                                                  borrow=next(iter(policies.values()), None))
+                                                  borrow=next(iter(policies.values()), None), rivals=True)
         fixed = self.proposer.settings.router if self.proposer.settings.router in drafters else None
         routed = RoutedWidthPolicy(policies, estimates, pooled, self.proposer.vote, self.proposer.use_drafter, fixed)
         return self._with_copies(routed, next(iter(policies.values())).costs, session, show, copying)
@@ -823,13 +827,18 @@ class SpeculativeDecoder:
 
     def _drafter_policy(self, proposer, width: int, session: DecodingSession, show, acceptance,
                         borrow: WidthPolicy | None = None, quick: bool = False,
-                        draft_fallback: float | None = None) -> WidthPolicy:
+                        draft_fallback: float | None = None, rivals: bool = False) -> WidthPolicy:
         """The width policy of one proposer drafting blocks of up to ``width`` rows; ``acceptance(fresh estimate)``
         gives the call's estimate. ``borrow``: a policy of the same call whose measured verify costs this one's table
         takes where it lacks them (the same target forwards). ``quick``: costs the table lacks are timed in one
         pass (``_measure_verify_costs``). ``draft_fallback``: the drafting cost to choose by where the table has
-        none (WidthPolicy.draft_fallback)."""
-        widths = width_buckets(width, self.compile_steps)
+        none (WidthPolicy.draft_fallback). ``rivals``: the proposer is one of a router's drafters, whose policies'
+        best rates are compared round by round (RoutedWidthPolicy)."""
+        token_by_token = getattr(proposer, "drafts_token_by_token", False)
+        # (not a router's chain: rated over every width, WhiFlash's EAGLE-3 side outbid DFlash's blocks on the tiny
+        # world's math, its estimate of deep slots drawn from the rounds in which it was sure enough to reach them;
+        # 4.6 ms a token where the buckets' rounds took 2.6-3.9)
+        widths = width_buckets(width, self.compile_steps, every_width=token_by_token and not rivals)
         # Verified whole, or a plain step: a router's tree; and FLy's block, since its rule keeps a mismatch only with
         # W matching drafts after it, so a prefix loses the rescues FLy is for (on the tiny world a prefix chosen as
         # for exact rounds committed 3.2 tokens a round where the whole block committed 4.2)
@@ -839,7 +848,6 @@ class SpeculativeDecoder:
         proposer.verify_widths = set(widths)  # the drafter keeps one graph per width its context can have
         if self.compile_steps:
             build_drafting_graphs(proposer)
-        token_by_token = getattr(proposer, "drafts_token_by_token", False)
         # the DFlash block's drafting cost is kept under the bare key (as saved before other drafters adapted), a
         # drafter's with a draft vocabulary (a smaller lm_head product) under its own
         head_by_width = getattr(proposer, "drafts_head_by_width", False)

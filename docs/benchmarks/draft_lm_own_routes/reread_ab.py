@@ -1,4 +1,4 @@
-"""reread_ab.py DTYPE classic REPEATS: the bench order (code, math, prose, 10 prompts each, per pass), the draft LM re-reading the copies a drafted round kept in place of its drafts (commit_copied) against not (a stale draft cache), each its own drafter; wall time over stock generate, medians of REPEATS:
+"""reread_ab.py DTYPE classic REPEATS: the bench order (code, math, prose, 10 prompts each, per pass), the draft LM re-reading the copies a drafted round kept in place of its drafts (commit_accepted(..., copied=True); commit_copied when this ran) against not (a stale draft cache), each its own drafter; wall time over stock generate, medians of REPEATS:
 
     python docs/benchmarks/draft_lm_own_routes/reread_ab.py bfloat16 classic 5
 """
@@ -17,7 +17,7 @@ models = ROOT / "hub_models"
 tok = AutoTokenizer.from_pretrained(models / "specgen-tiny")
 target = AutoModelForCausalLM.from_pretrained(models / "specgen-tiny", dtype=dtype); hf_specgen.enable(target)
 from hf_specgen.drafters import draft_lm as dl
-own = dl.DraftModelProposer.commit_copied
+own = dl.DraftModelProposer.commit_accepted
 drafters = {n: AutoModelForCausalLM.from_pretrained(models / "specgen-tiny-draft", dtype=dtype) for n in ("reread", "stale")}
 cats = ("code", "math", "prose")
 ids = {c: [tok.apply_chat_template([{"role": "user", "content": p["prompt"]}], add_generation_prompt=True, return_tensors="pt", return_dict=True)["input_ids"] for p in load_prompt_set("tinyworld") if p["category"] == c][:10] for c in cats}
@@ -25,7 +25,7 @@ names = ("stock", "plain", "reread", "stale")
 times = {(n, c): [] for n in names for c in cats}
 for r in range(repeats + 1):
     for n in names:
-        dl.DraftModelProposer.commit_copied = own if n == "reread" else (lambda *a: None)
+        dl.DraftModelProposer.commit_accepted = own if n == "reread" else (lambda self, accepted, copied=False: own(self, accepted))
         for c in cats:
             t = 0.0
             for x in ids[c]:

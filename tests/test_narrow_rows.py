@@ -167,7 +167,8 @@ def test_lossless_default_calls_through_the_routes_give_stock_tokens(mode, monke
     rng = random.Random(4)
     for lengths, new in (([13], 32), ([5, 17], 16), ([9, 1, 22, 4], 10)):
         out = _exact_on_padded_batch(target, rng, lengths, new, assistant_model=drafter, speculative_mode=mode)
-        assert {1, 2, 4} <= set(out.speculative_stats.round_widths)
+        widths = set(out.speculative_stats.round_widths)  # (a chain's policy offers every width up to its block)
+        assert 1 in widths and len(widths - {1}) >= 2
     assert RoutedLinears.calls > before
 
 

@@ -501,6 +501,7 @@ class SpeculativeDecoder:
                               and not (want_scores or want_logits))
                 finished_rows = FinishedRows(session)
                 takes_width = getattr(self.proposer, "drafts_any_width", False)
+                token_by_token = getattr(self.proposer, "drafts_token_by_token", False)
                 # a token-by-token drafter on a CPU (an EAGLE-3 chain, a draft LM, WhiFlash's EAGLE-3 rounds) stops
                 # drafting when unsure, and the round verifies what its drafts are worth (WidthPolicy.confident_width;
                 # a host read per draft, which costs nothing on a CPU); not FLy, whose verifier keeps drafts exact
@@ -540,7 +541,8 @@ class SpeculativeDecoder:
                     else:
                         timing = policy is not None and policy.needs_draft_timing and len(rounds) >= 1
                         if timing:
-                            show()  # the whole block is drafted: every slot its drafting writes
+                            if token_by_token:  # it drafts the whole block, one slot per draft (a DFlash block's
+                                show()  # slots are the margin every drafting round shows)
                             draft_started = self._synced_time()
                         # [B, W] (or [W] at batch 1), or a TreeProposal; a proposer that drafts any width is told
                         # the round's (drafting as for the whole block while the policy times that)

@@ -1267,9 +1267,8 @@ def test_a_drafter_that_stops_when_unsure_drafts_up_to_the_reach_at_any_width(mo
     draft), and when it stops only where unsure, a round drafts as far as the estimate's reach (twice the widest
     round verified so far), not just the width the policy chose: here every round is chosen 2 rows wide, the
     drafter is never unsure and every draft is verified, so the rounds widen 2, 4, 8 up to the block (a batch's
-    stay 2 rows wide). Not
-    WhiFlash's EAGLE-3 side, whose policy's rates are compared with DFlash's: its widths stay the buckets and its
-    rounds the chosen width. The tokens stay stock greedy's."""
+    stay 2 rows wide). Not WhiFlash's EAGLE-3 side, whose policy's rates are compared with DFlash's: its widths stay
+    the buckets and its rounds the chosen width. The tokens stay stock greedy's."""
     target = make_target("llama", seed=4)
     drafter = _unsure_drafter(mode, target)
     offered = set()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from transformers import (
-    LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
+    DynamicCache, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
     Qwen3Config, Qwen3ForCausalLM,
 )
 
@@ -91,6 +91,16 @@ def make_dflash(target, block_size: int = 8, num_layers: int = 2, layer_ids=None
 
 def random_prompt(rng: random.Random, length: int) -> torch.Tensor:
     return torch.tensor([[rng.randrange(3, MASK_TOKEN) for _ in range(length)]])
+
+
+def assert_draft_cache_holds_the_committed_tokens(proposer, slots: int) -> None:
+    """A draft LM proposer's cache at batch row 0: layer 0's keys at slots 0 .. ``slots`` - 1 are those of the
+    committed tokens there (they depend on the token and position alone), as a fresh forward over them gives."""
+    scratch = DynamicCache()
+    with torch.no_grad():
+        proposer.draft_model(proposer.session.tokens[:1, :slots], past_key_values=scratch, use_cache=True)
+    torch.testing.assert_close(proposer.cache.layers[0].keys[:1, :, :slots], scratch.layers[0].keys,
+                               rtol=1e-4, atol=1e-4)
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ import zlib
 import pytest
 import torch
 
-from conftest import make_target, random_prompt
+from conftest import assert_draft_cache_holds_the_committed_tokens, make_target, random_prompt
 
 
 @pytest.mark.parametrize("family", ["qwen3", "llama", "qwen2", "mistral"])
@@ -119,8 +119,6 @@ def test_a_draft_lm_feeds_one_row_where_its_cache_holds_every_committed_row_but_
     step, layer 0's keys at every slot the cache is taken to hold are those of the committed tokens (they depend on
     the token and position alone); a draft LM of the target's weights, lightly perturbed, keeps every draft in some
     rounds and not in others, so both steps run. Fixed, the width policy's (the default call) and with copies."""
-    from transformers import DynamicCache
-
     from hf_specgen.drafters.draft_lm import DraftModelProposer
 
     target = make_target("qwen3", seed=5)
@@ -141,12 +139,7 @@ def test_a_draft_lm_feeds_one_row_where_its_cache_holds_every_committed_row_but_
 
         def first_or_later(ids, positions, mask):
             if positions[0, 0] == self.session.last_slots[0] - ids.shape[1] + 1:  # a round's first step
-                held = int(positions[0, 0])  # slots 0 .. held - 1 must hold the committed tokens
-                scratch = DynamicCache()
-                with torch.no_grad():
-                    self.draft_model(self.session.tokens[:1, :held], past_key_values=scratch, use_cache=True)
-                torch.testing.assert_close(self.cache.layers[0].keys[:1, :, :held], scratch.layers[0].keys,
-                                           rtol=1e-4, atol=1e-4)
+                assert_draft_cache_holds_the_committed_tokens(self, int(positions[0, 0]))  # the slots before it
                 steps.append(ids.shape[1])
             return runner(ids, positions, mask)
 

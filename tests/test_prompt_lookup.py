@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import hf_specgen
-from conftest import make_dflash, make_target
+from conftest import assert_draft_cache_holds_the_committed_tokens, make_dflash, make_target
 from hf_specgen.engine.lookup import lookup_drafts
 from test_batch import padded_batch
 from test_eagle3 import make_eagle3
@@ -488,8 +488,6 @@ def test_a_draft_lm_reads_the_copies_a_drafted_round_kept_in_place_of_its_drafts
     when it next drafts. Copies made right here (the target's own continuation, in every round) and a draft LM of
     other weights: before each draft, layer 0's keys at every slot the draft cache has read are those of the
     committed tokens (they depend on the token and position alone)."""
-    from transformers import DynamicCache
-
     from hf_specgen.drafters.draft_lm import DraftModelProposer
     from hf_specgen.engine.lookup import HostPromptLookup
 
@@ -513,12 +511,7 @@ def test_a_draft_lm_reads_the_copies_a_drafted_round_kept_in_place_of_its_drafts
     def checked_catch_up(self, firsts):
         catch_up(self, firsts)
         read = int(firsts[0])  # slots 0 .. firsts - 1 hold what the draft cache has read
-        committed = self.session.tokens[:1, :read]
-        scratch = DynamicCache()
-        with torch.no_grad():
-            self.draft_model(committed, past_key_values=scratch, use_cache=True)
-        cached = self.cache.layers[0].keys[:1, :, :read]
-        torch.testing.assert_close(cached, scratch.layers[0].keys, rtol=1e-4, atol=1e-4)
+        assert_draft_cache_holds_the_committed_tokens(self, read)
         checked.append(read)
 
     monkeypatch.setattr(DraftModelProposer, "_catch_up", checked_catch_up)

@@ -147,7 +147,7 @@ class DraftModelProposer:
         n_drafts = self.num_draft_tokens if width is None or whole_block else min(width - 1, self.num_draft_tokens)
         if self.ngram:
             return self._propose_with_ngrams(n_drafts)
-        first, rows = (starts, 1) if self.reads_newest_only and not self.unread_rows else (firsts, 2)
+        first, rows = (starts, 1) if self.reads_newest_only else (firsts, 2)
         set_cache_length(self.cache, first)
         token, confidence = self._step(session.token_block(first, rows), session.position_block(first, rows),
                                        session.causal_mask(first, rows))
@@ -211,6 +211,7 @@ class DraftModelProposer:
                       session.causal_mask(behind, rows), last_only=True)
         self.forward_calls += rows > self.unread_prompt_rows  # a drafting forward where plain steps' rows are in it
         self.unread_rows = self.unread_prompt_rows = 0
+        self.reads_newest_only = False  # (read up to the slot before the newest two: the two-row step reads both)
 
     def _propose_with_ngrams(self, k: int) -> torch.Tensor:
         """Prompt lookup for every batch row (FLy's MLA): each forward runs, per row, the two newest tokens not yet

@@ -551,8 +551,10 @@ class SpeculativeDecoder:
                         # GSM8K after other kinds of text passed too rarely, and drafting resumed late)
                         unsure = stops_unsure and not policy.needs_draft_timing and not policy.probing
                         if unsure:  # the drafter's doubts end its drafts, the rounds' average no longer does
-                            round_width = policy.unsure_drafting_width(round_width)
-                            show(round_width)  # (every slot its drafting may write)
+                            wider = policy.unsure_drafting_width(round_width)
+                            if wider != round_width:
+                                round_width = wider
+                                show(round_width)  # (every slot its drafting may write)
                         with self._drafting_linears():
                             draft = (self.proposer.propose(round_width, whole_block=timing,
                                                            **({"stop_below": UNSURE_STOP} if unsure else {}))

@@ -12,9 +12,9 @@ speed over stock generate (wall time with the prefill), medians of REPEATS passe
   b16         the fixed block of 16 (block_size=16)
 
     python docs/benchmarks/dflash_confident/ab.py bfloat16 3
-    python docs/benchmarks/dflash_confident/ab.py calibration bfloat16   # how often drafts are kept, by probability
+    python docs/benchmarks/dflash_confident/ab.py calibration bfloat16 [MAX_NEW_TOKENS]   # how often drafts are kept
 """
-import statistics, sys, time
+import sys
 from pathlib import Path
 
 import torch
@@ -22,9 +22,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "docs" / "benchmarks"))
 import hf_specgen  # noqa: E402
-from hf_specgen.bench.prompt_sets import load_prompt_set  # noqa: E402
 from hf_specgen.drafters.dflash import DFlashProposer  # noqa: E402
+from tiny_ab import CATEGORIES, run_in_bench_order, tiny_world_prompts  # noqa: E402
 
 # how often a draft was kept (given the drafts before it were) against its probability under the drafter, tenth by
 # tenth (0.0-0.1, ..., 0.9-1.0): `ab.py calibration bfloat16`, the tiny world's code, math and prose, b16
@@ -34,7 +35,8 @@ calibrating = sys.argv[1] == "calibration"
 args = sys.argv[2:] if calibrating else sys.argv[1:]
 dtype = getattr(torch, args[0])
 repeats = 0 if calibrating else int(args[1])
-max_new = int(args[2]) if len(args) > 2 else 192
+max_new_at = 1 if calibrating else 2  # (calibration takes no REPEATS)
+max_new = int(args[max_new_at]) if len(args) > max_new_at else 192
 models = ROOT / "hub_models"
 tok = AutoTokenizer.from_pretrained(models / "specgen-tiny")
 target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained(models / "specgen-tiny", dtype=dtype))
@@ -76,10 +78,7 @@ def patched_init(self, *a, **k):
 DFlashProposer.__init__ = patched_init
 DFlashProposer.propose = lambda self, width=None, whole_block=False, **k: (
     confident_propose(self, width, whole_block, **k) if self.stops_when_unsure else propose(self, width, whole_block))
-cats = ("code", "math", "prose")
-ids = {c: [tok.apply_chat_template([{"role": "user", "content": p["prompt"]}], add_generation_prompt=True,
-                                   return_tensors="pt", return_dict=True)["input_ids"]
-           for p in load_prompt_set("tinyworld") if p["category"] == c][:10] for c in cats}
+ids = tiny_world_prompts(tok)
 
 if calibrating:  # b16 rounds: each reached draft's probability, and whether it was kept
     log, kept, seen = [], torch.zeros(10), torch.zeros(10)
@@ -91,7 +90,7 @@ if calibrating:  # b16 rounds: each reached draft's probability, and whether it 
 
     DFlashProposer.propose = logged_propose
     drafter = hf_specgen.load_drafter(models / "specgen-tiny-dflash-b16", dtype=dtype)
-    for c in cats:
+    for c in CATEGORIES:
         for x in ids[c]:
             log.clear()
             out = target.generate(x, assistant_model=drafter, speculative_mode="dflash", block_size=16,
@@ -107,30 +106,11 @@ if calibrating:  # b16 rounds: each reached draft's probability, and whether it 
 
 variants = ("default", "unsure", "calibrated", "no stop", "b16")
 drafters = {name: hf_specgen.load_drafter(models / "specgen-tiny-dflash-b16", dtype=dtype) for name in variants}
-names = ("stock", *variants)
-times = {(n, c): [] for n in names for c in cats}
-taus = {(n, c): [] for n in variants for c in cats}
-for r in range(repeats + 1):
-    for n in names:
-        variant["name"] = n
-        for c in cats:
-            start, tokens, rounds = time.perf_counter(), 0, 0
-            for x in ids[c]:
-                if n == "stock":
-                    target.generate(x, do_sample=False, max_new_tokens=max_new)
-                    continue
-                out = target.generate(x, assistant_model=drafters[n], speculative_mode="dflash",
-                                      max_new_tokens=max_new, return_dict_in_generate=True,
-                                      **({"block_size": 16} if n == "b16" else {}))
-                tokens += out.speculative_stats.new_tokens
-                rounds += len(out.speculative_stats.acceptance_lengths)
-            if r:
-                times[(n, c)].append(time.perf_counter() - start)
-                if n != "stock":
-                    taus[(n, c)].append(tokens / rounds)
-for c in cats:
-    s = statistics.median(times[("stock", c)])
-    print(c, "  ".join(f"{n} {s / statistics.median(times[(n, c)]):.3f}x ({statistics.median(taus[(n, c)]):.1f})"
-                       for n in variants), flush=True)
-total = {n: sum(statistics.median(times[(n, c)]) for c in cats) for n in names}
-print("all", "  ".join(f"{n} {total['stock'] / total[n]:.3f}x" for n in variants))
+
+
+def decode(name, x):
+    return target.generate(x, assistant_model=drafters[name], speculative_mode="dflash", max_new_tokens=max_new,
+                           return_dict_in_generate=True, **({"block_size": 16} if name == "b16" else {}))
+
+
+run_in_bench_order(target, ids, variants, decode, lambda name: variant.__setitem__("name", name), repeats, max_new)

@@ -1,4 +1,4 @@
-"""estimate_ab.py DTYPE REPEATS VARIANT: tried, not kept (2026-11-30): two changes to how DFlash's default call rates
+"""estimate_ab.py DTYPE REPEATS VARIANT [MAX_NEW_TOKENS]: tried, not kept (2026-11-30): two changes to how DFlash's default call rates
 the slots past its evidence, patched here (the engine is unchanged), against the engine as it is ("now") and the
 fixed block of 16, on the tiny world in the bench's order (code, math, prose, 10 prompts each, per pass), each with
 its own drafter, in one process; speed over stock generate (wall time with the prefill), medians of REPEATS passes
@@ -11,7 +11,7 @@ after one warm-up, and tau. VARIANT:
 
     python docs/benchmarks/dflash_confident/estimate_ab.py bfloat16 3 mean
 """
-import statistics, sys, time
+import sys
 from pathlib import Path
 
 import torch
@@ -19,12 +19,14 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "docs" / "benchmarks"))
 import hf_specgen  # noqa: E402
-from hf_specgen.bench.prompt_sets import load_prompt_set  # noqa: E402
 from hf_specgen.engine import width_policy as wp  # noqa: E402
+from tiny_ab import run_in_bench_order, tiny_world_prompts  # noqa: E402
 
 torch.set_num_threads(1)
 dtype, repeats, tried = getattr(torch, sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+max_new = int(sys.argv[4]) if len(sys.argv) > 4 else 192
 models = ROOT / "hub_models"
 tok = AutoTokenizer.from_pretrained(models / "specgen-tiny")
 target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained(models / "specgen-tiny", dtype=dtype))
@@ -66,33 +68,11 @@ def use(name):
 
 variants = ("now", tried, "b16")
 drafters = {name: hf_specgen.load_drafter(models / "specgen-tiny-dflash-b16", dtype=dtype) for name in variants}
-cats = ("code", "math", "prose")
-ids = {c: [tok.apply_chat_template([{"role": "user", "content": p["prompt"]}], add_generation_prompt=True,
-                                   return_tensors="pt", return_dict=True)["input_ids"]
-           for p in load_prompt_set("tinyworld") if p["category"] == c][:10] for c in cats}
-names = ("stock", *variants)
-times = {(n, c): [] for n in names for c in cats}
-taus = {(n, c): [] for n in variants for c in cats}
-for r in range(repeats + 1):
-    for n in names:
-        use(n)
-        for c in cats:
-            start, tokens, rounds = time.perf_counter(), 0, 0
-            for x in ids[c]:
-                if n == "stock":
-                    target.generate(x, do_sample=False, max_new_tokens=192)
-                    continue
-                out = target.generate(x, assistant_model=drafters[n], speculative_mode="dflash", max_new_tokens=192,
-                                      return_dict_in_generate=True, **({"block_size": 16} if n == "b16" else {}))
-                tokens += out.speculative_stats.new_tokens
-                rounds += len(out.speculative_stats.acceptance_lengths)
-            if r:
-                times[(n, c)].append(time.perf_counter() - start)
-                if n != "stock":
-                    taus[(n, c)].append(tokens / rounds)
-for c in cats:
-    s = statistics.median(times[("stock", c)])
-    print(c, "  ".join(f"{n} {s / statistics.median(times[(n, c)]):.3f}x ({statistics.median(taus[(n, c)]):.1f})"
-                       for n in variants), flush=True)
-total = {n: sum(statistics.median(times[(n, c)]) for c in cats) for n in names}
-print("all", "  ".join(f"{n} {total['stock'] / total[n]:.3f}x" for n in variants))
+
+
+def decode(name, ids):
+    return target.generate(ids, assistant_model=drafters[name], speculative_mode="dflash", max_new_tokens=max_new,
+                           return_dict_in_generate=True, **({"block_size": 16} if name == "b16" else {}))
+
+
+run_in_bench_order(target, tiny_world_prompts(tok), variants, decode, use, repeats, max_new)

@@ -1,0 +1,47 @@
+"""The one-process A/B of the tiny world's default calls in the bench's order, shared by the A/B scripts under
+docs/benchmarks/ (dflash_confident, whiflash_reach): each pass runs stock generate and then every variant over the
+code, math and prose prompts (10 each, as `specgen bench --target tiny` takes them); it prints each category's speed
+over stock generate (wall time with the prefill) and tau, medians of the passes after one warm-up."""
+import statistics
+import time
+
+from hf_specgen.bench.prompt_sets import load_prompt_set
+
+CATEGORIES = ("code", "math", "prose")
+
+
+def tiny_world_prompts(tokenizer, per_category: int = 10) -> dict:
+    """category -> [prompt ids [1, P]] under the chat template."""
+    return {c: [tokenizer.apply_chat_template([{"role": "user", "content": p["prompt"]}], add_generation_prompt=True,
+                                              return_tensors="pt", return_dict=True)["input_ids"]
+                for p in load_prompt_set("tinyworld") if p["category"] == c][:per_category] for c in CATEGORIES}
+
+
+def run_in_bench_order(target, prompts: dict, variants: tuple, decode, use, repeats: int, max_new_tokens: int) -> None:
+    """``use(name)``: patch in variant ``name`` (also called with "stock"); ``decode(name, ids)``: its generate call,
+    returning the output (with ``speculative_stats``)."""
+    names = ("stock", *variants)
+    times = {(n, c): [] for n in names for c in CATEGORIES}
+    taus = {(n, c): [] for n in variants for c in CATEGORIES}
+    for r in range(repeats + 1):
+        for n in names:
+            use(n)
+            for c in CATEGORIES:
+                start, tokens, rounds = time.perf_counter(), 0, 0
+                for ids in prompts[c]:
+                    if n == "stock":
+                        target.generate(ids, do_sample=False, max_new_tokens=max_new_tokens)
+                        continue
+                    stats = decode(n, ids).speculative_stats
+                    tokens += stats.new_tokens
+                    rounds += len(stats.acceptance_lengths)
+                if r:
+                    times[(n, c)].append(time.perf_counter() - start)
+                    if n != "stock":
+                        taus[(n, c)].append(tokens / rounds)
+    for c in CATEGORIES:
+        stock = statistics.median(times[("stock", c)])
+        print(c, "  ".join(f"{n} {stock / statistics.median(times[(n, c)]):.3f}x "
+                           f"({statistics.median(taus[(n, c)]):.1f})" for n in variants), flush=True)
+    total = {n: sum(statistics.median(times[(n, c)]) for c in CATEGORIES) for n in names}
+    print("all", "  ".join(f"{n} {total['stock'] / total[n]:.3f}x" for n in variants))

@@ -1,0 +1,38 @@
+"""ab_tiny.py DTYPE REPEATS [MAX_NEW_TOKENS]: WhiFlash's default call on the tiny world as the engine runs it ("now")
+and with this folder's patch ("delivered", patch.py), each with its own bundle, in the bench's order (code, math,
+prose, 10 prompts each, per pass), in one process; speed over stock generate (wall time with the prefill), medians of
+REPEATS passes after one warm-up, and tau.
+
+    python docs/benchmarks/whiflash_delivered/ab_tiny.py bfloat16 3
+"""
+import sys
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "docs" / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import hf_specgen  # noqa: E402
+import patch  # noqa: E402
+from tiny_ab import run_in_bench_order, tiny_world_prompts  # noqa: E402
+
+torch.set_num_threads(1)
+dtype, repeats = getattr(torch, sys.argv[1]), int(sys.argv[2])
+max_new = int(sys.argv[3]) if len(sys.argv) > 3 else 192
+models = ROOT / "hub_models"
+tok = AutoTokenizer.from_pretrained(models / "specgen-tiny")
+target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained(models / "specgen-tiny", dtype=dtype))
+variants = ("now", "delivered")
+drafters = {n: hf_specgen.load_drafter(models / "specgen-tiny-whiflash", dtype=dtype) for n in variants}
+
+
+def decode(name, ids):
+    return target.generate(ids, assistant_model=drafters[name], speculative_mode="whiflash", max_new_tokens=max_new,
+                           return_dict_in_generate=True)
+
+
+run_in_bench_order(target, tiny_world_prompts(tok), variants, decode, lambda name: patch.enable(name == "delivered"),
+                   repeats, max_new)

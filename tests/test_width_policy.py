@@ -1598,6 +1598,26 @@ def test_whiflash_default_call_explores_less_often_while_the_other_drafter_stays
     assert estimate.explore_after == first and chosen[-20:].count(("dflash", 8)) >= 18
 
 
+def test_whiflash_default_call_counts_the_rounds_towards_the_other_drafters_turn_across_calls():
+    """Calls of 10 rounds, each carrying the estimates into the next (as a bundle's calls do); EAGLE-3's chains keep
+    every draft, DFlash's blocks keep none and cost four plain steps to draft. DFlash's exploring rounds come where
+    the rounds since it last drafted reach its gap (16, then 32, 64: it stays behind), counted across the calls. Counted
+    per call, no call reached 16 rounds and it never drafted again: on the tiny world, a fresh bundle whose first DFlash
+    round kept nothing rated DFlash below EAGLE-3 for good, and math ran on EAGLE-3's chains at 1.6x stock where
+    DFlash's blocks run at 3.4x."""
+    every = lambda w: w - 1  # noqa: E731
+    policy, used = _routed_policy(dflash_draft=4.0)
+    rounds = []
+    for _ in range(12):
+        rounds += _run_routed(policy, used, 10, {"eagle3": every, "dflash": lambda w: 0})
+        estimates = {name: {vote: estimate.carried() for vote, estimate in by_vote.items()}
+                     for name, by_vote in policy.estimates.items()}
+        pooled = {name: estimate.carried() for name, estimate in policy.pooled.items()}
+        policy = width_policy.RoutedWidthPolicy(policy.policies, estimates, pooled, policy.vote, used.append)
+    assert [i for i, (drafter, _) in enumerate(rounds) if drafter == "dflash"] == [15, 47, 111]
+    assert policy.estimates["dflash"]["dflash"].rounds_without == 120 - 112
+
+
 def test_whiflash_default_call_probes_with_each_drafter_in_turn_while_plain_steps_pay():
     """Plain steps pay: EAGLE-3's drafts have failed for 20 rounds, DFlash's kept about a third for 200, which rates
     its drafting the more promising, still below a plain step. Then the text turns predictable for EAGLE-3 alone.
@@ -1735,7 +1755,10 @@ def test_the_policy_replay_replays_whiflash_with_a_router_that_tells_the_drafter
              for mode in ("eagle3", "dflash")]
     routed = replay.replay_routed(data, 1, 0.0, 0, "blocks", "router")["mixed"]
     one_context = replay.replay_routed(data, 1, 0.0, 0, "blocks", "one")["mixed"]
-    assert max(alone) < 1.3 and min(routed[1:]) > 4.0  # 8 tokens a round at 1.9 plain steps: 4.2x
+    # 8 tokens a round at 1.9 plain steps: 4.2x; the third call 3.9x, for one exploring round of the drafter the
+    # router did not vote for (the rounds towards it counted across calls: counted per call, none came, as each
+    # call's 12 rounds are fewer than OTHER_DRAFTER_EVERY)
+    assert max(alone) < 1.3 and min(routed[1:]) > 3.8 and max(routed[1:]) > 4.0
     assert max(one_context) < min(routed[1:]) - 1.0
 
 

@@ -97,10 +97,10 @@ CARRIED_WEIGHT, TREE_CARRIED_WEIGHT = 4.0, 16.0
 PRIOR_ACCEPT, PRIOR_WEIGHT = 0.5, 1.0
 POOLED_WEIGHT = 4.0  # rounds' worth of a pooled estimate's rates as a contextual estimate's prior (WhiFlash)
 # WhiFlash's default call: in each router vote, the drafter that has not run for this many of the vote's rounds
-# drafts once at its best width, so its estimate under that vote follows the text too. Each such round that leaves it
-# behind doubles its gap under that vote, up to LAST_OTHER_DRAFTER_EVERY (carried into later calls, as the probe
-# schedule is); one that puts it ahead or keeps every draft of a round narrower than its widest, or a probe of its
-# that passes, brings the gap back to OTHER_DRAFTER_EVERY (RoutedWidthPolicy.observe).
+# (counted across calls) drafts once at its best width, so its estimate under that vote follows the text too. Each
+# such round that leaves it behind doubles its gap under that vote, up to LAST_OTHER_DRAFTER_EVERY (carried into later
+# calls, as the probe schedule is); one that puts it ahead or keeps every draft of a round narrower than its widest,
+# or a probe of its that passes, brings the gap back to OTHER_DRAFTER_EVERY (RoutedWidthPolicy.observe).
 OTHER_DRAFTER_EVERY = 16
 LAST_OTHER_DRAFTER_EVERY = 128
 # rounds' worth of the batch's rates as each batch row's prior (WidthPolicy.set_rows): a row's own rounds outweigh it
@@ -322,6 +322,11 @@ class AcceptanceEstimate:
         # WhiFlash: the other drafter's rounds before it next drafts once where this estimate's drafter is not the
         # preferred one (RoutedWidthPolicy); carried likewise
         self.explore_after = OTHER_DRAFTER_EVERY
+        # WhiFlash: the drafting rounds under this estimate's vote since its drafter last drafted there; carried, so
+        # that calls shorter than explore_after rounds still add up to an exploring round (counted per call, none
+        # came in the tiny world's calls of about 13 rounds: a DFlash drafter whose first round of a fresh bundle kept
+        # nothing was rated below EAGLE-3 and never drafted again, and math ran at 1.6x stock, not 3.4x)
+        self.rounds_without = 0
         # calls between opening probes where probes are dear, and the calls since the last one (carried likewise)
         self.opening_every, self.calls_since_opening = 1, 0
         # the share of recent probes (or runs of follow-ups) that failed (carried likewise; see PROBES_FAILING)
@@ -442,6 +447,7 @@ def _carry_probe_schedule(estimate, copy) -> None:
     rounds before the next probe, calls between opening probes) and the widest round the evidence holds."""
     copy.probe_after, copy.widest, copy.sure_after = estimate.probe_after, estimate.widest, estimate.sure_after
     copy.explore_after, copy.probes_failing = estimate.explore_after, estimate.probes_failing
+    copy.rounds_without = estimate.rounds_without
     copy.opening_every, copy.calls_since_opening = estimate.opening_every, estimate.calls_since_opening
 
 
@@ -465,7 +471,7 @@ class TreeAcceptanceEstimate:
         self.forget()
         self.probe_after = FIRST_PROBE_AFTER
         self.sure_after = FIRST_SURE_RUN
-        self.explore_after = OTHER_DRAFTER_EVERY
+        self.explore_after, self.rounds_without = OTHER_DRAFTER_EVERY, 0
         self.opening_every, self.calls_since_opening = 1, 0  # see AcceptanceEstimate
         self.probes_failing = PROBES_FAILING
 
@@ -1064,10 +1070,11 @@ class RoutedWidthPolicy(PolicyOfPolicies):
     acceptance only (which drafter keeps more tokens here); where one drafter's rounds cost more on this machine, or
     it keeps less than the router expects, the clock decides. Until both drafters' drafting has been timed (each
     times its own first rounds), the vote decides. While drafting pays, every OTHER_DRAFTER_EVERY-th round of a vote
-    in which one drafter ran, the other drafts once at its best width; each such round that leaves it behind doubles
-    that gap, up to LAST_OTHER_DRAFTER_EVERY (before, it stayed at OTHER_DRAFTER_EVERY: replayed on the real target,
-    whose EAGLE-3 drafter keeps about twice DFlash's drafts under either vote, WhiFlash ran at 0.986 of the better
-    drafter alone's speed with bf16 costs and 0.976 with an AVX2 CPU's fp32 ones; backing off, 0.999 and 0.983).
+    in which one drafter ran (counted across calls), the other drafts once at its best width; each such round that
+    leaves it behind doubles that gap, up to LAST_OTHER_DRAFTER_EVERY (before, it stayed at OTHER_DRAFTER_EVERY:
+    replayed on the real target, whose EAGLE-3 drafter keeps about twice DFlash's drafts under either vote, WhiFlash
+    ran at 0.986 of the better drafter alone's speed with bf16 costs and 0.976 with an AVX2 CPU's fp32 ones; backing
+    off, 0.999 and 0.983).
     While plain steps pay best for both, the plain rounds and their probes go to the most promising drafter's policy,
     and after each probe to the other's (unless no drafting width of its could pay), so that probes take turns
     between the drafters (before, the drafter rated the more promising ran every probe, and the other, whose estimate
@@ -1115,7 +1122,6 @@ class RoutedWidthPolicy(PolicyOfPolicies):
         self.current = next(iter(policies.values()))
         self.round_drafters: list[str | None] = []  # per round: the drafter whose policy chose it (None: none did)
         self._round = None  # the prepared round's (vote, context)
-        self.since_other = {}  # context -> drafting rounds in it since the drafter not preferred last drafted
         self.last_prober: str | None = None  # the drafter whose policy ran the call's last probe (_drafter_for)
         # (drafter, context) -> the plain rounds its policy has chosen under that context since it last drafted
         # there (WidthPolicy.plain_streak, swapped in by prepare)
@@ -1158,12 +1164,13 @@ class RoutedWidthPolicy(PolicyOfPolicies):
             if best == self.last_prober and self.policies[other].drafting_could_pay():
                 return other, False
             return best, False
-        self.since_other[context] = self.since_other.get(context, 0) + 1
-        if (self.since_other[context] >= self.estimates[other][context].explore_after
-                and self.policies[other].drafting_could_pay()):
-            self.since_other[context] = 0
+        waiting = self.estimates[other][context]
+        waiting.rounds_without += 1
+        if waiting.rounds_without >= waiting.explore_after and self.policies[other].drafting_could_pay():
+            waiting.rounds_without = 0
             self.explored = (other, best, context)
             return other, True
+        self.estimates[best][context].rounds_without = 0
         return best, False
 
     def _drafting_rates(self) -> dict[str, float]:

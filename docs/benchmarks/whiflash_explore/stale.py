@@ -1,9 +1,10 @@
 """stale.py DTYPE RUNS: how WhiFlash's default call recovers when its DFlash drafter's carried evidence is stale and
 bad (the tiny world's rare bad run: its first code rounds left DFlash rated below EAGLE-3 under both router votes, its
 exploring rounds then verified 2 rows, and math ran on EAGLE-3's chains at tau 2.7, 1.6x stock, where DFlash's blocks
-run at tau 7, 3.4x). Run it in a checkout with this folder's explore.patch applied (``git apply``): "per call"
-starts each call's count of rounds towards the other drafter's exploring round from none, as the engine without the
-patch does; "carried" carries it, as the patch does. (Without the patch both variants are the engine as it is.)
+run at tau 7, 3.4x). "per call" starts each call's count of rounds towards the other drafter's exploring round from
+none, as the engine did before 2026-11-30's third session; "carried" carries it, as the engine does now. Run in a
+checkout of bb07b2d with this folder's explore.patch applied (``git apply``), the two measure that patch's wider
+exploring rounds and dropped evidence with and without the count carried (results.txt).
 Each run, for each variant, a fresh bundle decodes the 10 code prompts, then every carried DFlash estimate is set to 4
 rounds' worth of slots kept 20% of the time, and the 10 math prompts follow: their wall time over stock generate's,
 tau, and the share of drafting rounds DFlash ran.

@@ -4,8 +4,15 @@ code, math and prose prompts (10 each, as `specgen bench --target tiny` takes th
 over stock generate (wall time with the prefill) and tau, medians of the passes after one warm-up."""
 import statistics
 import time
+from pathlib import Path
 
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+import hf_specgen
 from hf_specgen.bench.prompt_sets import load_prompt_set
+
+MODELS = Path(__file__).resolve().parents[2] / "hub_models"  # the shipped tiny world, of this file's tree
 
 CATEGORIES = ("code", "math", "prose")
 
@@ -15,6 +22,14 @@ def tiny_world_prompts(tokenizer, per_category: int = 10) -> dict:
     return {c: [tokenizer.apply_chat_template([{"role": "user", "content": p["prompt"]}], add_generation_prompt=True,
                                               return_tensors="pt", return_dict=True)["input_ids"]
                 for p in load_prompt_set("tinyworld") if p["category"] == c][:per_category] for c in CATEGORIES}
+
+
+def tiny_world(dtype: torch.dtype):
+    """One torch thread (as every A/B here runs), the tiny world's target in ``dtype`` with hf_specgen enabled, and its
+    prompts (``tiny_world_prompts``): (target, prompts)."""
+    torch.set_num_threads(1)
+    target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained(MODELS / "specgen-tiny", dtype=dtype))
+    return target, tiny_world_prompts(AutoTokenizer.from_pretrained(MODELS / "specgen-tiny"))
 
 
 def run_in_bench_order(target, prompts: dict, variants: tuple, decode, use, repeats: int, max_new_tokens: int) -> None:

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
@@ -17,16 +16,13 @@ sys.path.insert(0, str(ROOT / "docs" / "benchmarks"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hf_specgen  # noqa: E402
 import patch  # noqa: E402
-from tiny_ab import run_in_bench_order, tiny_world_prompts  # noqa: E402
+from tiny_ab import run_in_bench_order, MODELS, tiny_world  # noqa: E402
 
-torch.set_num_threads(1)
 dtype, repeats = getattr(torch, sys.argv[1]), int(sys.argv[2])
 max_new = int(sys.argv[3]) if len(sys.argv) > 3 else 192
-models = ROOT / "hub_models"
-tok = AutoTokenizer.from_pretrained(models / "specgen-tiny")
-target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained(models / "specgen-tiny", dtype=dtype))
+target, prompts = tiny_world(dtype)
 variants = ("now", "delivered")
-drafters = {n: hf_specgen.load_drafter(models / "specgen-tiny-whiflash", dtype=dtype) for n in variants}
+drafters = {n: hf_specgen.load_drafter(MODELS / "specgen-tiny-whiflash", dtype=dtype) for n in variants}
 
 
 def decode(name, ids):
@@ -34,5 +30,5 @@ def decode(name, ids):
                            return_dict_in_generate=True)
 
 
-run_in_bench_order(target, tiny_world_prompts(tok), variants, decode, lambda name: patch.enable(name == "delivered"),
+run_in_bench_order(target, prompts, variants, decode, lambda name: patch.enable(name == "delivered"),
                    repeats, max_new)

@@ -1,13 +1,13 @@
-"""stale.py DTYPE RUNS: how WhiFlash's default call recovers when its DFlash drafter's carried evidence is stale and
-bad (the tiny world's rare bad run: its first code rounds left DFlash rated below EAGLE-3 under both router votes, its
+"""stale.py DTYPE RUNS: how WhiFlash's default call recovers when its DFlash drafter's carried evidence is stale and bad
+(the tiny world's rare bad run: its first code rounds left DFlash rated below EAGLE-3 under both router votes, its
 exploring rounds then verified 2 rows, and math ran on EAGLE-3's chains at tau 2.7, 1.6x stock, where DFlash's blocks
 run at tau 7, 3.4x). "per call" starts each call's count of rounds towards the other drafter's exploring round from
 none, as the engine did before 2026-11-30's third session; "carried" carries it, as the engine does now. Run in a
-checkout of bb07b2d with this folder's explore.patch applied (``git apply``), the two measure that patch's wider
-exploring rounds and dropped evidence with and without the count carried (results.txt).
-Each run, for each variant, a fresh bundle decodes the 10 code prompts, then every carried DFlash estimate is set to 4
-rounds' worth of slots kept 20% of the time, and the 10 math prompts follow: their wall time over stock generate's,
-tau, and the share of drafting rounds DFlash ran.
+checkout of bb07b2d with this folder's explore.patch applied (``git apply``; this file and docs/benchmarks/tiny_ab.py
+copied in), the two measure that patch's wider exploring rounds and dropped evidence with and without the count carried
+(results.txt). Each run, for each variant, a fresh bundle decodes the 10 code prompts, then every carried DFlash
+estimate is set to 4 rounds' worth of slots kept 20% of the time, and the 10 math prompts follow: their wall time over
+stock generate's, tau, and the share of drafting rounds DFlash ran.
 
     python docs/benchmarks/whiflash_explore/stale.py bfloat16 2
 """
@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
@@ -24,14 +23,10 @@ sys.path.insert(0, str(ROOT / "docs" / "benchmarks"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hf_specgen  # noqa: E402
 from hf_specgen.engine import width_policy  # noqa: E402
-from tiny_ab import tiny_world_prompts  # noqa: E402
+from tiny_ab import MODELS, tiny_world  # noqa: E402
 
-torch.set_num_threads(1)
 dtype, runs = getattr(torch, sys.argv[1]), int(sys.argv[2])
-models = ROOT / "hub_models"
-tok = AutoTokenizer.from_pretrained(models / "specgen-tiny")
-target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained(models / "specgen-tiny", dtype=dtype))
-prompts = tiny_world_prompts(tok)
+target, prompts = tiny_world(dtype)
 
 
 def start_counts(bundle):
@@ -47,7 +42,7 @@ for ids in prompts["math"]:
 stock = time.perf_counter() - start
 for run in range(runs):
     for name in ("per call", "carried"):
-        bundle = hf_specgen.load_drafter(models / "specgen-tiny-whiflash", dtype=dtype)
+        bundle = hf_specgen.load_drafter(MODELS / "specgen-tiny-whiflash", dtype=dtype)
         for ids in prompts["code"]:
             if name == "per call":
                 start_counts(bundle)

@@ -10,26 +10,22 @@ import sys
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "docs" / "benchmarks"))
 import hf_specgen  # noqa: E402
 from hf_specgen.engine.width_policy import RoutedWidthPolicy  # noqa: E402
-from tiny_ab import run_in_bench_order, tiny_world_prompts  # noqa: E402
+from tiny_ab import run_in_bench_order, MODELS, tiny_world  # noqa: E402
 
-torch.set_num_threads(1)
 dtype, repeats = getattr(torch, sys.argv[1]), int(sys.argv[2])
 max_new = int(sys.argv[3]) if len(sys.argv) > 3 else 192
-models = ROOT / "hub_models"
-tok = AutoTokenizer.from_pretrained(models / "specgen-tiny")
-target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained(models / "specgen-tiny", dtype=dtype))
+target, prompts = tiny_world(dtype)
 chosen = RoutedWidthPolicy.unsure_drafting_width
 
 
 def bundle():
-    return hf_specgen.load_drafter(models / "specgen-tiny-whiflash", dtype=dtype)
+    return hf_specgen.load_drafter(MODELS / "specgen-tiny-whiflash", dtype=dtype)
 
 
 variants = ("now", "reach")
@@ -46,4 +42,4 @@ def decode(name, ids):
                            return_dict_in_generate=True)
 
 
-run_in_bench_order(target, tiny_world_prompts(tok), variants, decode, use, repeats, max_new)
+run_in_bench_order(target, prompts, variants, decode, use, repeats, max_new)

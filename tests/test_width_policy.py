@@ -1618,6 +1618,28 @@ def test_whiflash_default_call_counts_the_rounds_towards_the_other_drafters_turn
     assert policy.estimates["dflash"]["dflash"].rounds_without == 120 - 112
 
 
+def test_whiflash_default_call_explores_again_at_once_where_an_exploring_round_beats_the_leader():
+    """DFlash's evidence is stale: under both votes and over all, 4 rounds' worth of drafts kept a fifth of the time.
+    The chain keeps 2 drafts a round; DFlash, drafting at half a plain step, now keeps every draft. Its first exploring
+    round (the 16th, 2 rows) keeps its one draft, which does not beat the chain's rate: it waits its gap. Its second
+    (4 rows, every draft kept) beats it, so the vote's next round explores again one width wider: all 8 rows kept, and
+    DFlash leads from there. Before, each exploring round waited its gap and stayed at 4 rows: in 64 rounds DFlash
+    drafted 4 times and never led (on the tiny world, a bundle whose DFlash evidence had gone bad on its first code
+    rounds ran math on EAGLE-3's chains at 1.6x stock for 130 rounds, where DFlash's blocks run at 3.4x). Where the
+    exploring drafter keeps every draft but its rounds cost too much to lead, no round explores again at once
+    (``test_whiflash_default_call_drafts_with_the_drafter_whose_rounds_pay_whatever_the_router_votes``)."""
+    policy, used = _routed_policy(dflash_draft=0.5)
+    for estimate in (policy.pooled["dflash"], *policy.estimates["dflash"].values()):
+        estimate.reached = [0.0] + [4.0] * 7
+        estimate.accepted = [0.0] + [0.8] * 7
+        estimate.widest = 2
+    chosen = _run_routed(policy, used, 64, {"eagle3": lambda w: min(w - 1, 2), "dflash": lambda w: w - 1})
+    assert [i for i, (d, _) in enumerate(chosen[:31]) if d == "dflash"] == [15] and chosen[15] == ("dflash", 2)
+    assert chosen[31:33] == [("dflash", 4), ("dflash", 8)]
+    assert chosen[33:].count(("dflash", 8)) == len(chosen) - 34 and chosen[33:].count(("eagle3", 4)) == 1
+    assert policy.estimates["dflash"]["dflash"].explore_width == 0  # leading, it has no exploring round due
+
+
 def test_whiflash_default_call_probes_with_each_drafter_in_turn_while_plain_steps_pay():
     """Plain steps pay: EAGLE-3's drafts have failed for 20 rounds, DFlash's kept about a third for 200, which rates
     its drafting the more promising, still below a plain step. Then the text turns predictable for EAGLE-3 alone.

@@ -1,7 +1,11 @@
-"""The one-process A/B of the tiny world's default calls in the bench's order, shared by the A/B scripts under
-docs/benchmarks/ (dflash_confident, whiflash_reach): each pass runs stock generate and then every variant over the
-code, math and prose prompts (10 each, as `specgen bench --target tiny` takes them); it prints each category's speed
-over stock generate (wall time with the prefill) and tau, medians of the passes after one warm-up."""
+"""The one-process A/Bs shared by the A/B scripts under docs/benchmarks/ (dflash_confident, whiflash_reach and others).
+
+- ``run_in_bench_order``, the tiny world's default calls in the bench's order: each pass runs stock generate and then
+  every variant over the code, math and prose prompts (10 each, as `specgen bench --target tiny` takes them); it prints
+  each category's speed over stock generate (wall time with the prefill) and tau, medians of the passes after one
+  warm-up.
+- ``run_on_the_real_target``, the real target's (SmolLM2-135M-Instruct) default calls, one prompt of each of the
+  README bench's categories: each variant's speed over the first one's."""
 import statistics
 import time
 from pathlib import Path
@@ -60,3 +64,50 @@ def run_in_bench_order(target, prompts: dict, variants: tuple, decode, use, repe
                            f"({statistics.median(taus[(n, c)]):.1f})" for n in variants), flush=True)
     total = {n: sum(statistics.median(times[(n, c)]) for c in CATEGORIES) for n in names}
     print("all", "  ".join(f"{n} {total['stock'] / total[n]:.3f}x" for n in variants))
+
+
+REAL_CATEGORIES = ("humaneval", "math_reasoning", "mt_bench", "translation", "summarization", "qa", "rag")
+
+
+def run_on_the_real_target(dtype: torch.dtype, passes: int, variants: dict, use, max_new_tokens: int = 96) -> None:
+    """The real target in ``dtype`` (one torch thread), one prompt of each of ``REAL_CATEGORIES`` (its order),
+    ``max_new_tokens`` new tokens. ``variants``: name -> (speculative_mode, drafter folder under hub_models/), each
+    with a bundle of its own; ``use(name)`` patches in variant ``name``. Each pass runs every variant, their order
+    turned each pass; it prints, per category and over all, wall time per token with the prefill as a speed over the
+    first variant's, medians of ``passes`` passes after one warm-up, and tau."""
+    from hf_specgen.bench.prompt_sets import pick_prompts
+    from hf_specgen.targets import resolve_target
+
+    torch.set_num_threads(1)
+    path = resolve_target("smollm2-135m-instruct")
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval())
+    drafters = {n: (mode, hf_specgen.load_drafter(MODELS / folder, dtype=dtype))
+                for n, (mode, folder) in variants.items()}
+    records = {r["category"]: r for r in pick_prompts(["humaneval", "specbench"], 1)
+               if r.get("category") in REAL_CATEGORIES}
+    prompts = {c: tokenizer.apply_chat_template([{"role": "user", "content": records[c]["prompt"]}],
+                                                add_generation_prompt=True, return_tensors="pt", return_dict=True)
+               for c in REAL_CATEGORIES}
+    per_token = {(n, c): [] for n in drafters for c in REAL_CATEGORIES}
+    taus = {(n, c): [] for n in drafters for c in REAL_CATEGORIES}
+    names = list(drafters)
+    for p in range(passes + 1):
+        for n in names[p % len(names):] + names[:p % len(names)]:
+            mode, drafter = drafters[n]
+            use(n)
+            for c in REAL_CATEGORIES:
+                start = time.perf_counter()
+                out = target.generate(**prompts[c], max_new_tokens=max_new_tokens, do_sample=False,
+                                      return_dict_in_generate=True, assistant_model=drafter, speculative_mode=mode)
+                seconds = time.perf_counter() - start
+                if p:
+                    per_token[(n, c)].append(seconds / out.speculative_stats.new_tokens)
+                    taus[(n, c)].append(out.speculative_stats.mean_acceptance_length)
+    use(names[0])
+    for c in REAL_CATEGORIES:
+        base = statistics.median(per_token[(names[0], c)])
+        print(f"{c:15s}", "  ".join(f"{n} {base / statistics.median(per_token[(n, c)]):.3f} "
+                                     f"({statistics.median(taus[(n, c)]):.2f})" for n in names), flush=True)
+    total = {n: sum(statistics.median(per_token[(n, c)]) for c in REAL_CATEGORIES) for n in names}
+    print("all", "  ".join(f"{n} {total[names[0]] / total[n]:.3f}" for n in names))

@@ -327,6 +327,10 @@ class AcceptanceEstimate:
         # came in the tiny world's calls of about 13 rounds: a DFlash drafter whose first round of a fresh bundle kept
         # nothing was rated below EAGLE-3 and never drafted again, and math ran at 1.6x stock, not 3.4x)
         self.rounds_without = 0
+        # WhiFlash: the width of this drafter's exploring round at the vote's next round, where its last one beat the
+        # preferred drafter's expected rate (0: none due, and exploring rounds draft at its best width); carried
+        # likewise
+        self.explore_width = 0
         # calls between opening probes where probes are dear, and the calls since the last one (carried likewise)
         self.opening_every, self.calls_since_opening = 1, 0
         # the share of recent probes (or runs of follow-ups) that failed (carried likewise; see PROBES_FAILING)
@@ -447,7 +451,7 @@ def _carry_probe_schedule(estimate, copy) -> None:
     rounds before the next probe, calls between opening probes) and the widest round the evidence holds."""
     copy.probe_after, copy.widest, copy.sure_after = estimate.probe_after, estimate.widest, estimate.sure_after
     copy.explore_after, copy.probes_failing = estimate.explore_after, estimate.probes_failing
-    copy.rounds_without = estimate.rounds_without
+    copy.rounds_without, copy.explore_width = estimate.rounds_without, estimate.explore_width
     copy.opening_every, copy.calls_since_opening = estimate.opening_every, estimate.calls_since_opening
 
 
@@ -471,7 +475,7 @@ class TreeAcceptanceEstimate:
         self.forget()
         self.probe_after = FIRST_PROBE_AFTER
         self.sure_after = FIRST_SURE_RUN
-        self.explore_after, self.rounds_without = OTHER_DRAFTER_EVERY, 0
+        self.explore_after, self.rounds_without, self.explore_width = OTHER_DRAFTER_EVERY, 0, 0
         self.opening_every, self.calls_since_opening = 1, 0  # see AcceptanceEstimate
         self.probes_failing = PROBES_FAILING
 
@@ -1166,11 +1170,13 @@ class RoutedWidthPolicy(PolicyOfPolicies):
             return best, False
         waiting = self.estimates[other][context]
         waiting.rounds_without += 1
-        if waiting.rounds_without >= waiting.explore_after and self.policies[other].drafting_could_pay():
+        due = waiting.explore_width or waiting.rounds_without >= waiting.explore_after
+        if due and self.policies[other].drafting_could_pay():
             waiting.rounds_without = 0
             self.explored = (other, best, context)
             return other, True
-        self.estimates[best][context].rounds_without = 0
+        preferred = self.estimates[best][context]
+        preferred.rounds_without = preferred.explore_width = 0  # (it leads here: its exploring rounds start afresh)
         return best, False
 
     def _drafting_rates(self) -> dict[str, float]:
@@ -1207,7 +1213,10 @@ class RoutedWidthPolicy(PolicyOfPolicies):
         (vote, context), self._round = self._round, None
         name, explores = self._drafter_for(vote, context)
         self.current = self.policies[name]
-        width = self.current.best_drafting_width() if explores else self.current.choose()
+        if explores:  # at its best width, or as wide as its last exploring round asked
+            width = max(self.current.best_drafting_width(), self.estimates[name][context].explore_width)
+        else:
+            width = self.current.choose()
         if not explores and self.current.probing:  # (an exploring round asks no choose: its probing is stale)
             self.last_prober = name
         self.round_drafters.append(name)
@@ -1230,14 +1239,28 @@ class RoutedWidthPolicy(PolicyOfPolicies):
         if self.explored is not None:
             # the drafter not preferred drafted once: still behind under this vote, it waits twice as long next time
             # (a drafter that keeps about half the other's drafts gains nothing from rounds that confirm it); ahead,
-            # or having kept every draft of a round narrower than its widest (which says nothing yet of the rows past
-            # it: backing off there, a drafter that led at its widest took 47 rounds to get there, not 31), it has
-            # its first gap back
+            # or having kept every draft of a round narrower than its widest width (which says nothing yet of the
+            # rows past it), it has its first gap back. And where the round itself, its tokens over its cost, beat
+            # the preferred drafter's expected rate, the vote's next round explores again, one width wider where
+            # every draft was kept, and so on while its rounds do so: its estimate is behind its text. With one such
+            # round per gap, the tiny world's DFlash, its evidence gone bad on a fresh bundle's first code rounds,
+            # stayed behind EAGLE-3's chains on math for 130 rounds (each exploring round kept every draft of 4
+            # rows, and its best width stayed 4), at 1.6x stock where its blocks run at 3.4x.
             (other, best, context), self.explored = self.explored, None
             estimate, rates = self.estimates[other][context], self._drafting_rates()
-            all_kept = width < max(self.policies[other].widths) and min(accepted_per_row) >= width - 1
-            estimate.explore_after = (min(2 * estimate.explore_after, LAST_OTHER_DRAFTER_EVERY)
-                                      if rates[other] < rates[best] and not all_kept else OTHER_DRAFTER_EVERY)
+            wider = [w for w in self.policies[other].widths if w > width]
+            kept = min(accepted_per_row)
+            all_kept = bool(wider) and width > 1 and kept >= width - 1
+            if (kept + 1) / self.policies[other].round_seconds(width) > rates[best]:
+                # (and its first gap back, as a round that put it ahead: kept as it was, a run of such rounds that
+                # ended in a poor one doubled it, and a DFlash whose rounds had just kept 7 of 8 rows waited 128
+                # rounds for its next one)
+                estimate.explore_width = wider[0] if all_kept else width
+                estimate.explore_after = OTHER_DRAFTER_EVERY
+            else:
+                estimate.explore_width = 0
+                estimate.explore_after = (min(2 * estimate.explore_after, LAST_OTHER_DRAFTER_EVERY)
+                                          if rates[other] < rates[best] and not all_kept else OTHER_DRAFTER_EVERY)
 
     def learn_costs(self, round_widths, round_seconds, round_draft_seconds, rounds=None) -> None:
         """Each drafter's policy learns from its drafting rounds, and every policy from the plain steps (``rounds``:

@@ -100,7 +100,8 @@ POOLED_WEIGHT = 4.0  # rounds' worth of a pooled estimate's rates as a contextua
 # (counted across calls) drafts once at its best width, so its estimate under that vote follows the text too. Each
 # such round that leaves it behind doubles its gap under that vote, up to LAST_OTHER_DRAFTER_EVERY (carried into later
 # calls, as the probe schedule is); one that puts it ahead or keeps every draft of a round narrower than its widest,
-# or a probe of its that passes, brings the gap back to OTHER_DRAFTER_EVERY (RoutedWidthPolicy.observe).
+# or a probe of its that passes, brings the gap back to OTHER_DRAFTER_EVERY; one whose tokens over its cost beat the
+# preferred drafter's rate explores again at the vote's next round (RoutedWidthPolicy.observe).
 OTHER_DRAFTER_EVERY = 16
 LAST_OTHER_DRAFTER_EVERY = 128
 # rounds' worth of the batch's rates as each batch row's prior (WidthPolicy.set_rows): a row's own rounds outweigh it
@@ -1078,7 +1079,9 @@ class RoutedWidthPolicy(PolicyOfPolicies):
     leaves it behind doubles that gap, up to LAST_OTHER_DRAFTER_EVERY (before, it stayed at OTHER_DRAFTER_EVERY:
     replayed on the real target, whose EAGLE-3 drafter keeps about twice DFlash's drafts under either vote, WhiFlash
     ran at 0.986 of the better drafter alone's speed with bf16 costs and 0.976 with an AVX2 CPU's fp32 ones; backing
-    off, 0.999 and 0.983).
+    off, 0.999 and 0.983). An exploring round whose own tokens over its cost beat the preferred drafter's expected rate
+    explores again at the vote's next round, wider where it kept every draft, until one does not: that drafter's
+    estimate is behind its text.
     While plain steps pay best for both, the plain rounds and their probes go to the most promising drafter's policy,
     and after each probe to the other's (unless no drafting width of its could pay), so that probes take turns
     between the drafters (before, the drafter rated the more promising ran every probe, and the other, whose estimate
@@ -1240,7 +1243,8 @@ class RoutedWidthPolicy(PolicyOfPolicies):
             # the drafter not preferred drafted once: still behind under this vote, it waits twice as long next time
             # (a drafter that keeps about half the other's drafts gains nothing from rounds that confirm it); ahead,
             # or having kept every draft of a round narrower than its widest width (which says nothing yet of the
-            # rows past it), it has its first gap back. And where the round itself, its tokens over its cost, beat
+            # rows past it: backing off there, a drafter that led at its widest took 47 rounds to get there, not 31),
+            # it has its first gap back. And where the round itself, its tokens over its cost, beat
             # the preferred drafter's expected rate, the vote's next round explores again, one width wider where
             # every draft was kept, and so on while its rounds do so: its estimate is behind its text. With one such
             # round per gap, the tiny world's DFlash, its evidence gone bad on a fresh bundle's first code rounds,

@@ -1254,6 +1254,7 @@ class RoutedWidthPolicy(PolicyOfPolicies):
             estimate, rates = self.estimates[other][context], self._drafting_rates()
             wider = [w for w in self.policies[other].widths if w > width]
             kept = min(accepted_per_row)
+            # (a one-row round, a chain that stopped unsure before its first draft, kept nothing: it backs off)
             all_kept = bool(wider) and width > 1 and kept >= width - 1
             if (kept + 1) / self.policies[other].round_seconds(width) > rates[best]:
                 # (and its first gap back, as a round that put it ahead: kept as it was, a run of such rounds that

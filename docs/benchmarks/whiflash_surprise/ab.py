@@ -1,7 +1,8 @@
 """ab.py WORLD DTYPE N: WhiFlash's default call with the engine's exploring rounds as they are ("again": an exploring
 round whose tokens over its cost beat the preferred drafter's expected rate explores again at the vote's next round)
-and with one exploring round per gap ("per gap", as before 2026-11-30's fourth session: the next exploring round
-forced back to its gap), in one process.
+and with one exploring round per gap ("per gap": the next exploring round forced back to its gap, as before 2026-11-30's
+fourth session; not quite that engine: a round that beat the leader still has its first gap back, where the engine
+before doubled the gap of one that left the drafter behind on its estimate), in one process.
 
 - ``tiny``: N runs, each with fresh bundles, in the bench's order (docs/benchmarks/tiny_ab.py, 2 passes after a
   warm-up): speed over stock generate per category, and tau.

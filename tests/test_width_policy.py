@@ -1230,6 +1230,9 @@ def test_a_token_by_token_drafter_on_a_cpu_stops_drafting_when_unsure(mode, monk
     original, rounds = WidthPolicy.confident_width, []
     choices = random.Random(3)  # a drafter this young gets plain steps: the rounds' widths drawn at random instead
     monkeypatch.setattr(WidthPolicy, "choose", lambda self, copying=False: choices.choice(self.widths))
+    # WhiFlash: each round to the router's vote, so no clock decides which rounds call ``choose`` (an exploring
+    # round, chosen by the measured costs, asks none and would move the random widths of all that follow)
+    monkeypatch.setattr(width_policy.RoutedWidthPolicy, "_drafter_for", lambda self, vote, context: (vote, False))
 
     def recording(self, chosen, confidences, rate):
         width = original(self, chosen, confidences, rate)
@@ -1574,19 +1577,21 @@ def test_whiflash_default_call_drafts_with_the_drafter_whose_rounds_pay_whatever
 def test_whiflash_default_call_explores_less_often_while_the_other_drafter_stays_behind():
     """The chain keeps every draft of its 4 rows; DFlash, drafting at half a plain step, keeps 2 drafts a round, which
     leaves its rounds behind. Each round in which DFlash drafts once and stays behind doubles its gap under that vote
-    (16, 32, 64, then 128 rounds, the last carried into the next call); its first, of 2 rows, kept its one draft,
-    which says nothing of wider rounds, and keeps the first gap. Before, it drafted once every 16 rounds however far
-    behind (on the real target, whose EAGLE-3 drafter keeps about twice DFlash's drafts, those rounds cost WhiFlash a
-    percent or so of EAGLE-3 alone's speed). Then the text turns for DFlash: it keeps every draft. Its next round, a
-    whole 4-row block kept, brings the first gap back, and a few such rounds later it leads at 8 rows."""
+    (16, 32, 64, then 128 rounds, the last carried into the next call); each drafts 8 rows, the widest whose round
+    costs at most EXPLORE_WIDENING times one at its best width (2 or 4 rows). Before, it drafted once every 16 rounds
+    however far behind (on the real target, whose EAGLE-3 drafter keeps about twice DFlash's drafts, those rounds cost
+    WhiFlash a percent or so of EAGLE-3 alone's speed). Then the text turns for DFlash: it keeps every draft. Its next
+    exploring round, a whole 8-row block kept, beats the chain's rate: its stale evidence goes, its gap is the first
+    again, and it leads from the next round on."""
     every = lambda w: w - 1  # noqa: E731
     policy, used = _routed_policy(dflash_draft=0.5)
     chosen = _run_routed(policy, used, 400, {"eagle3": every, "dflash": lambda w: min(w - 1, 2)})
     explored = [i for i, (d, w) in enumerate(chosen) if d == "dflash"]
     first, last = width_policy.OTHER_DRAFTER_EVERY, width_policy.LAST_OTHER_DRAFTER_EVERY
     assert (first, last) == (16, 128)
-    assert explored[0] == first - 1 and [b - a for a, b in zip(explored, explored[1:])] == [16, 32, 64, 128, 128]
-    assert [chosen[i][1] for i in explored] == [2, 4, 4, 4, 4, 4]  # each at its best width
+    assert explored[0] == first - 1 and [b - a for a, b in zip(explored, explored[1:])] == [32, 64, 128, 128]
+    assert policy.policies["dflash"].best_drafting_width() < 8
+    assert [chosen[i][1] for i in explored] == [8] * 5  # wider than its best width: it costs little more
     estimate = policy.estimates["dflash"]["dflash"]
     assert estimate.explore_after == last and estimate.carried().explore_after == last
     assert policy.estimates["dflash"]["eagle3"].explore_after == first  # a vote whose rounds never explored
@@ -1594,8 +1599,11 @@ def test_whiflash_default_call_explores_less_often_while_the_other_drafter_stays
     since = len(chosen) - 1 - explored[-1]
     chosen = _run_routed(policy, used, 200, {"eagle3": every, "dflash": every})
     explored = [i for i, (d, w) in enumerate(chosen) if d == "dflash"]
-    assert explored[0] == last - since - 1 and explored[1] - explored[0] == first
-    assert estimate.explore_after == first and chosen[-20:].count(("dflash", 8)) >= 18
+    assert chosen[: explored[0]] == [("eagle3", 4)] * (last - since - 1)
+    after = chosen[explored[0]:]  # DFlash leads at 8 rows; the chain explores once per gap
+    assert all(w == 8 for d, w in after if d == "dflash")
+    assert [d for d, _ in after].count("eagle3") <= len(after) // first + 1 and after[:first] == [("dflash", 8)] * first
+    assert estimate.explore_after == first
 
 
 def test_whiflash_default_call_counts_the_rounds_towards_the_other_drafters_turn_across_calls():
@@ -1607,36 +1615,71 @@ def test_whiflash_default_call_counts_the_rounds_towards_the_other_drafters_turn
     DFlash's blocks run at 3.4x."""
     every = lambda w: w - 1  # noqa: E731
     policy, used = _routed_policy(dflash_draft=4.0)
-    rounds = []
-    for _ in range(12):
-        rounds += _run_routed(policy, used, 10, {"eagle3": every, "dflash": lambda w: 0})
-        estimates = {name: {vote: estimate.carried() for vote, estimate in by_vote.items()}
-                     for name, by_vote in policy.estimates.items()}
-        pooled = {name: estimate.carried() for name, estimate in policy.pooled.items()}
-        policy = width_policy.RoutedWidthPolicy(policy.policies, estimates, pooled, policy.vote, used.append)
+    rounds, policy = _carried_calls(policy, used, 12, 10, {"eagle3": every, "dflash": lambda w: 0})
     assert [i for i, (drafter, _) in enumerate(rounds) if drafter == "dflash"] == [15, 47, 111]
     assert policy.estimates["dflash"]["dflash"].rounds_without == 120 - 112
 
 
-def test_whiflash_default_call_explores_again_at_once_where_an_exploring_round_beats_the_leader():
+def _carried_calls(policy, used, calls: int, rounds: int, kept: dict):
+    """``calls`` calls of ``rounds`` rounds, each carrying the estimates into the next (as a bundle's calls do): the
+    rounds' (drafter, width), and the policy of the call after the last."""
+    chosen = []
+    for _ in range(calls):
+        chosen += _run_routed(policy, used, rounds, kept)
+        estimates = {name: {vote: estimate.carried() for vote, estimate in by_vote.items()}
+                     for name, by_vote in policy.estimates.items()}
+        pooled = {name: estimate.carried() for name, estimate in policy.pooled.items()}
+        policy = width_policy.RoutedWidthPolicy(policy.policies, estimates, pooled, policy.vote, used.append)
+    return chosen, policy
+
+
+def test_whiflash_default_call_explores_where_a_call_opens_if_exploring_is_cheap():
+    """A call is new text. Calls of 10 rounds, carried into each other; EAGLE-3's chains keep every draft, DFlash's
+    blocks keep none, its gap backs off to 128 rounds. Where its 8-row round costs about the chain's (drafting at 0.3
+    plain steps: 1.13 times the chain's 4-row round), each call's first round explores once 16 rounds have gone
+    without it, whatever its gap: every other call. Where it costs more than OPENING_EXPLORE_COST times the chain's
+    (drafting at 4 plain steps), only its gap calls it (``test_whiflash_default_call_counts_the_rounds_towards_the_
+    other_drafters_turn_across_calls``). With a gap of 64 carried from code, the tiny world's math ran 130 rounds on
+    EAGLE-3's chains (tau 3, AVX2 fp32 costs) before DFlash, at tau 7 once it drafted, had its turn."""
+    every = lambda w: w - 1  # noqa: E731
+    policy, used = _routed_policy(dflash_draft=0.3)
+    chosen, _ = _carried_calls(policy, used, 12, 10, {"eagle3": every, "dflash": lambda w: 0})
+    explored = [i for i, (drafter, _) in enumerate(chosen) if drafter == "dflash"]
+    assert explored == [15, 40, 60, 80, 100] and all(chosen[i][1] == 8 for i in explored)
+    assert width_policy.OPENING_EXPLORE_AFTER == 16 and width_policy.OPENING_EXPLORE_COST == 1.25
+
+
+@pytest.mark.parametrize("kept", [5, 7])
+def test_whiflash_default_call_drops_stale_evidence_where_an_exploring_round_beats_the_leader(kept):
     """DFlash's evidence is stale: under both votes and over all, 4 rounds' worth of drafts kept a fifth of the time.
-    The chain keeps 2 drafts a round; DFlash, drafting at half a plain step, now keeps every draft. Its first exploring
-    round (the 16th, 2 rows) keeps its one draft, which does not beat the chain's rate: it waits its gap. Its second
-    (4 rows, every draft kept) beats it, so the vote's next round explores again one width wider: all 8 rows kept, and
-    DFlash leads from there. Before, each exploring round waited its gap and stayed at 4 rows: in 64 rounds DFlash
-    drafted 4 times and never led (on the tiny world, a bundle whose DFlash evidence had gone bad on its first code
-    rounds ran math on EAGLE-3's chains at 1.6x stock for 130 rounds, where DFlash's blocks run at 3.4x). Where the
-    exploring drafter keeps every draft but its rounds cost too much to lead, no round explores again at once
+    The chain keeps every draft of its 4 rows; DFlash, drafting at half a plain step, now keeps ``kept`` of the 7
+    drafts of its 8-row blocks. Its first exploring round (the 16th) drafts the whole block, wider than its stale best
+    width, as it costs little more. Its tokens over its cost beat the chain's rate: its evidence under every vote and
+    over all goes, and as that one round still rates it below the chain, the vote's next round explores again,
+    building on it. DFlash leads from there; the chain explores once per gap. Before, an exploring round drafted at
+    the drafter's best width and kept its stale evidence (on the tiny world, a bundle whose DFlash evidence had gone
+    bad on code ran math on EAGLE-3's chains for 130 rounds at 1.6x stock, where DFlash's blocks run at 3.4x; with
+    its exploring rounds at 2 and 4 rows exploring again, at 1.1-2.1x). Where the exploring drafter keeps every draft
+    but its rounds cost too much to lead, no round explores again at once
     (``test_whiflash_default_call_drafts_with_the_drafter_whose_rounds_pay_whatever_the_router_votes``)."""
     policy, used = _routed_policy(dflash_draft=0.5)
     for estimate in (policy.pooled["dflash"], *policy.estimates["dflash"].values()):
         estimate.reached = [0.0] + [4.0] * 7
         estimate.accepted = [0.0] + [0.8] * 7
         estimate.widest = 2
-    chosen = _run_routed(policy, used, 64, {"eagle3": lambda w: min(w - 1, 2), "dflash": lambda w: w - 1})
-    assert [i for i, (d, _) in enumerate(chosen[:31]) if d == "dflash"] == [15] and chosen[15] == ("dflash", 2)
-    assert chosen[31:33] == [("dflash", 4), ("dflash", 8)]
-    assert chosen[33:].count(("dflash", 8)) == len(chosen) - 34 and chosen[33:].count(("eagle3", 4)) == 1
+    block = policy.policies["dflash"]
+    assert block.best_drafting_width() == 2 and block.exploring_width() == 8
+    block.costs.verify[8] = 3.0  # a round of 8 rows at twice a round of 2's cost: not worth exploring at
+    assert block.exploring_width() == 4
+    block.costs.verify[8] = 1.4
+    keeps = {"eagle3": lambda w: w - 1, "dflash": lambda w: min(w - 1, kept)}
+    assert _run_routed(policy, used, 16, keeps) == [("eagle3", 2)] + [("eagle3", 4)] * 14 + [("dflash", 8)]
+    assert policy.estimates["dflash"]["eagle3"].reached[1] == 0.0  # the other vote's stale evidence went too
+    assert policy.estimates["dflash"]["dflash"].reached[1] == 1.0  # this round's alone
+    assert policy.estimates["dflash"]["dflash"].explore_width == 8  # still rated below: the next round explores
+    chosen = _run_routed(policy, used, 48, keeps)
+    assert chosen[:15] == [("dflash", 8)] * 15 and all(w == 8 for d, w in chosen if d == "dflash")
+    assert [d for d, _ in chosen].count("eagle3") <= 48 // width_policy.OTHER_DRAFTER_EVERY + 1
     assert policy.estimates["dflash"]["dflash"].explore_width == 0  # leading, it has no exploring round due
 
 

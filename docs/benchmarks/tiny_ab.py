@@ -4,6 +4,8 @@
   every variant over the code, math and prose prompts (10 each, as `specgen bench --target tiny` takes them); it prints
   each category's speed over stock generate (wall time with the prefill) and tau, medians of the passes after one
   warm-up.
+- ``run_with_stale_dflash``, the tiny world's WhiFlash made to recover on purpose: code, then DFlash's carried
+  evidence set bad, then math.
 - ``run_on_the_real_target``, the real target's (SmolLM2-135M-Instruct) default calls, one prompt of each of the
   README bench's categories: each variant's speed over the first one's."""
 import statistics
@@ -64,6 +66,48 @@ def run_in_bench_order(target, prompts: dict, variants: tuple, decode, use, repe
                            f"({statistics.median(taus[(n, c)]):.1f})" for n in variants), flush=True)
     total = {n: sum(statistics.median(times[(n, c)]) for c in CATEGORIES) for n in names}
     print("all", "  ".join(f"{n} {total['stock'] / total[n]:.3f}x" for n in variants))
+
+
+def run_with_stale_dflash(target, prompts: dict, variants: tuple, use, runs: int, before_call=None) -> None:
+    """How WhiFlash's default call recovers where its DFlash drafter's carried evidence is stale and bad (the tiny
+    world's rare bad run: its first code rounds left DFlash rated below EAGLE-3 under both router votes, and math ran
+    on EAGLE-3's chains at tau 2.7, 1.6x stock, where DFlash's blocks run at tau 7, 3.4x). Each run, for each variant
+    (``use(name)`` patches it in), a fresh bundle decodes the 10 code prompts, then every carried DFlash estimate is
+    set to 4 rounds' worth of slots kept 20% of the time, and the 10 math prompts follow: their wall time over stock
+    generate's, tau, and the share of drafting rounds DFlash ran. ``before_call(name, bundle)``: run before each
+    call."""
+    from hf_specgen.engine import width_policy
+
+    for ids in prompts["math"]:
+        target.generate(ids, do_sample=False, max_new_tokens=192)
+    start = time.perf_counter()
+    for ids in prompts["math"]:
+        target.generate(ids, do_sample=False, max_new_tokens=192)
+    stock = time.perf_counter() - start
+    for run in range(runs):
+        for name in variants:
+            use(name)
+            bundle = hf_specgen.load_drafter(MODELS / "specgen-tiny-whiflash", dtype=target.dtype)
+            for ids in prompts["code"]:
+                if before_call is not None:
+                    before_call(name, bundle)
+                target.generate(ids, assistant_model=bundle, speculative_mode="whiflash", max_new_tokens=192)
+            for context, estimate in width_policy._ACCEPTANCE[target][bundle].items():
+                if context.startswith("dflash"):
+                    estimate.reached = [0.0] + [4.0] * (len(estimate.reached) - 1)
+                    estimate.accepted = [0.0] + [0.8] * (len(estimate.accepted) - 1)
+                    estimate.widest = 2
+            start, tokens, rounds, drafters = time.perf_counter(), 0, 0, []
+            for ids in prompts["math"]:
+                if before_call is not None:
+                    before_call(name, bundle)
+                stats = target.generate(ids, assistant_model=bundle, speculative_mode="whiflash", max_new_tokens=192,
+                                        return_dict_in_generate=True).speculative_stats
+                tokens, rounds = tokens + stats.new_tokens, rounds + stats.num_rounds
+                drafters += [d for d in stats.drafter_per_round if d in ("eagle3", "dflash")]
+            seconds = time.perf_counter() - start
+            print(f"run {run + 1} {name}: math {stock / seconds:.2f}x stock, tau {tokens / rounds:.2f}, "
+                  f"DFlash {drafters.count('dflash')} of {len(drafters)} drafting rounds", flush=True)
 
 
 REAL_CATEGORIES = ("humaneval", "math_reasoning", "mt_bench", "translation", "summarization", "qa", "rag")

@@ -97,13 +97,22 @@ CARRIED_WEIGHT, TREE_CARRIED_WEIGHT = 4.0, 16.0
 PRIOR_ACCEPT, PRIOR_WEIGHT = 0.5, 1.0
 POOLED_WEIGHT = 4.0  # rounds' worth of a pooled estimate's rates as a contextual estimate's prior (WhiFlash)
 # WhiFlash's default call: in each router vote, the drafter that has not run for this many of the vote's rounds
-# (counted across calls) drafts once at its best width, so its estimate under that vote follows the text too. Each
-# such round that leaves it behind doubles its gap under that vote, up to LAST_OTHER_DRAFTER_EVERY (carried into later
-# calls, as the probe schedule is); one that puts it ahead or keeps every draft of a round narrower than its widest,
-# or a probe of its that passes, brings the gap back to OTHER_DRAFTER_EVERY; one whose tokens over its cost beat the
-# preferred drafter's rate explores again at the vote's next round (RoutedWidthPolicy.observe).
+# (counted across calls) drafts once (an exploring round, as wide as EXPLORE_WIDENING allows), so its estimate under
+# that vote follows the text too. Each such round that leaves it behind doubles its gap under that vote, up to
+# LAST_OTHER_DRAFTER_EVERY (carried into later calls, as the probe schedule is); one that puts it ahead or keeps every
+# draft of a round narrower than its widest, or a probe of its that passes, brings the gap back to
+# OTHER_DRAFTER_EVERY; one whose tokens over its cost beat the preferred drafter's rate drops that drafter's evidence
+# and explores again at the vote's next round (RoutedWidthPolicy.observe).
 OTHER_DRAFTER_EVERY = 16
 LAST_OTHER_DRAFTER_EVERY = 128
+# A call is new text: in its first drafting round under a vote, the drafter not preferred explores where that vote has
+# gone OPENING_EXPLORE_AFTER rounds without it, whatever its gap, if its exploring round costs at most
+# OPENING_EXPLORE_COST times the preferred drafter's round (RoutedWidthPolicy._drafter_for).
+OPENING_EXPLORE_AFTER, OPENING_EXPLORE_COST = OTHER_DRAFTER_EVERY, 1.25
+# An exploring round verifies the widest width whose round costs at most EXPLORE_WIDENING times a round at the
+# drafter's best width (WidthPolicy.exploring_width): a block drafter's wider rows cost little more, and test slots its
+# stale estimate no longer reaches.
+EXPLORE_WIDENING = 1.25
 # rounds' worth of the batch's rates as each batch row's prior (WidthPolicy.set_rows): a row's own rounds outweigh it
 # only after a dozen or so, since one round's count says little (with 4, one unlucky first round sent the tiny
 # world's EAGLE-3 batch of 8 to plain steps, 1.63x stock against 1.79x for the mean row's rate)
@@ -329,8 +338,8 @@ class AcceptanceEstimate:
         # nothing was rated below EAGLE-3 and never drafted again, and math ran at 1.6x stock, not 3.4x)
         self.rounds_without = 0
         # WhiFlash: the width of this drafter's exploring round at the vote's next round, where its last one beat the
-        # preferred drafter's expected rate (0: none due, and exploring rounds draft at its best width); carried
-        # likewise
+        # preferred drafter's expected rate (0: none due, and exploring rounds draft at WidthPolicy.exploring_width);
+        # carried likewise
         self.explore_width = 0
         # calls between opening probes where probes are dear, and the calls since the last one (carried likewise)
         self.opening_every, self.calls_since_opening = 1, 0
@@ -779,6 +788,17 @@ class WidthPolicy:
         reach = self.acceptance.reach()
         return max((w for w in self.widths[1:] if w <= reach), key=self.rate, default=self.widths[1])
 
+    def exploring_width(self) -> int:
+        """A WhiFlash exploring round's width: the widest drafting width whose round costs at most EXPLORE_WIDENING
+        times one at the best drafting width, past the estimate's reach too. Drafting at its best width alone, the
+        tiny world's DFlash, its carried estimate gone bad on code, explored math at 2 or 4 rows: a round of 2 rows
+        that kept nothing doubled its gap, and one that kept 3 of 3 drafts committed 4 tokens in 12.8 ms where a
+        round of 16 rows cost 14.3 ms and commits 7 on math (bf16, one thread); it drafted 21 of 101 math rounds, at
+        2.0x stock where its blocks run at 4x."""
+        best = self.best_drafting_width()
+        affordable = EXPLORE_WIDENING * self.round_seconds(best)
+        return max(w for w in self.widths[1:] if w == best or (w > best and self.round_seconds(w) <= affordable))
+
     def choose(self, copying: bool = False) -> int:
         """The round's width (``copying``, whether the round's rows copy, is for the policies that keep copies' rounds
         apart: ``CopyingWidthPolicy``, ``RoutedWidthPolicy``; one policy's rounds share its one estimate)."""
@@ -1075,13 +1095,14 @@ class RoutedWidthPolicy(PolicyOfPolicies):
     acceptance only (which drafter keeps more tokens here); where one drafter's rounds cost more on this machine, or
     it keeps less than the router expects, the clock decides. Until both drafters' drafting has been timed (each
     times its own first rounds), the vote decides. While drafting pays, every OTHER_DRAFTER_EVERY-th round of a vote
-    in which one drafter ran (counted across calls), the other drafts once at its best width; each such round that
-    leaves it behind doubles that gap, up to LAST_OTHER_DRAFTER_EVERY (before, it stayed at OTHER_DRAFTER_EVERY:
-    replayed on the real target, whose EAGLE-3 drafter keeps about twice DFlash's drafts under either vote, WhiFlash
-    ran at 0.986 of the better drafter alone's speed with bf16 costs and 0.976 with an AVX2 CPU's fp32 ones; backing
-    off, 0.999 and 0.983). An exploring round whose own tokens over its cost beat the preferred drafter's expected rate
-    explores again at the vote's next round, wider where it kept every draft, until one does not: that drafter's
-    estimate is behind its text.
+    in which one drafter ran (counted across calls), the other drafts once, as wide as costs little more than its
+    best width (``WidthPolicy.exploring_width``); each such round that leaves it behind doubles that gap, up to
+    LAST_OTHER_DRAFTER_EVERY (before, it stayed at OTHER_DRAFTER_EVERY: replayed on the real target, whose EAGLE-3
+    drafter keeps about twice DFlash's drafts under either vote, WhiFlash ran at 0.986 of the better drafter alone's
+    speed with bf16 costs and 0.976 with an AVX2 CPU's fp32 ones; backing off, 0.999 and 0.983). An exploring round
+    whose own tokens over its cost beat the preferred drafter's expected rate says that drafter's estimate is behind
+    its text: its evidence under every vote and over all goes, as after a probe that passes, and the vote's next round
+    explores again (wider where it kept every draft) until one does not beat the leader or the drafter leads.
     While plain steps pay best for both, the plain rounds and their probes go to the most promising drafter's policy,
     and after each probe to the other's (unless no drafting width of its could pay), so that probes take turns
     between the drafters (before, the drafter rated the more promising ran every probe, and the other, whose estimate
@@ -1134,6 +1155,7 @@ class RoutedWidthPolicy(PolicyOfPolicies):
         # there (WidthPolicy.plain_streak, swapped in by prepare)
         self.plain_streaks: dict[tuple[str, str | None], int] = {}
         self.streak_context: str | None = None  # the context whose streaks the policies hold
+        self.opened: set[str] = set()  # the contexts in which this call has had a drafting round
         self.explored: tuple[str, str, str] | None = None  # this round's (drafter, preferred drafter, context) where
         # the drafter not preferred drafts once (_drafter_for); its outcome sets that drafter's next gap (observe)
 
@@ -1155,7 +1177,7 @@ class RoutedWidthPolicy(PolicyOfPolicies):
         return list(self.policies.values())
 
     def _drafter_for(self, vote: str, context: str) -> tuple[str, bool]:
-        """(the round's drafter, whether it explores: drafts once at its best width)."""
+        """(the round's drafter, whether it explores: drafts once, at ``WidthPolicy.exploring_width``)."""
         if self.fixed is not None:
             return self.fixed, False
         if any(policy.needs_draft_timing for policy in self.policies.values()):
@@ -1173,7 +1195,14 @@ class RoutedWidthPolicy(PolicyOfPolicies):
             return best, False
         waiting = self.estimates[other][context]
         waiting.rounds_without += 1
-        due = waiting.explore_width or waiting.rounds_without >= waiting.explore_after
+        # (the call's first drafting round under this vote: a new text, on which the gap, grown on earlier texts,
+        # says little. Waiting out a gap of 64 rounds carried from code, the tiny world's math ran 130 rounds on
+        # EAGLE-3's chains at tau 3 with AVX2 fp32 costs, where DFlash's blocks, once they drafted, ran at tau 7.
+        # Not where exploring costs much more than the leader's round: there the gap's backing off pays)
+        opening = context not in self.opened
+        self.opened.add(context)
+        due = (waiting.explore_width or waiting.rounds_without >= waiting.explore_after
+               or (opening and waiting.rounds_without >= OPENING_EXPLORE_AFTER and self._cheap_to_explore(other, best)))
         if due and self.policies[other].drafting_could_pay():
             waiting.rounds_without = 0
             self.explored = (other, best, context)
@@ -1181,6 +1210,13 @@ class RoutedWidthPolicy(PolicyOfPolicies):
         preferred = self.estimates[best][context]
         preferred.rounds_without = preferred.explore_width = 0  # (it leads here: its exploring rounds start afresh)
         return best, False
+
+    def _cheap_to_explore(self, other: str, best: str) -> bool:
+        """Whether ``other``'s exploring round costs at most OPENING_EXPLORE_COST times ``best``'s round at its best
+        width."""
+        explorer, leader = self.policies[other], self.policies[best]
+        return (explorer.round_seconds(explorer.exploring_width())
+                <= OPENING_EXPLORE_COST * leader.round_seconds(leader.best_drafting_width()))
 
     def _drafting_rates(self) -> dict[str, float]:
         """Each drafter's expected tokens per second at its best drafting width, under the prepared context."""
@@ -1216,8 +1252,8 @@ class RoutedWidthPolicy(PolicyOfPolicies):
         (vote, context), self._round = self._round, None
         name, explores = self._drafter_for(vote, context)
         self.current = self.policies[name]
-        if explores:  # at its best width, or as wide as its last exploring round asked
-            width = max(self.current.best_drafting_width(), self.estimates[name][context].explore_width)
+        if explores:  # as wide as pays to explore (exploring_width), or as its last exploring round asked
+            width = max(self.current.exploring_width(), self.estimates[name][context].explore_width)
         else:
             width = self.current.choose()
         if not explores and self.current.probing:  # (an exploring round asks no choose: its probing is stale)
@@ -1229,17 +1265,26 @@ class RoutedWidthPolicy(PolicyOfPolicies):
     def observe(self, width: int, accepted_per_row: list[int], seconds: float | None = None, within=None,
                 rows: int | None = None) -> None:
         name = self.round_drafters[-1]
-        if self.current.text_changed(width, accepted_per_row, rows):
-            # the text changed for this drafter: its evidence under every vote goes, and over all (the prior of each
-            # vote's estimate: kept, it would hold the new text to the old one's rates past the probe's width), and
-            # it drafts once again soon where the other drafter leads
+        explored, self.explored = self.explored, None
+        beat = explored is not None and self._beats_the_leader(explored, width, accepted_per_row)
+        # (an exploring round that follows one that beat the leader builds on the evidence that one left)
+        again = explored is not None and self.estimates[explored[0]][explored[2]].explore_width > 0
+        if (beat and not again) or self.current.text_changed(width, accepted_per_row, rows):
+            # the text changed for this drafter (a probe of its passed after plain steps, or an exploring round of its
+            # beat the preferred drafter's expected rate): its evidence under every vote goes, and over all (the prior
+            # of each vote's estimate: kept, it would hold the new text to the old one's rates past the probe's
+            # width), and it drafts once again soon where the other drafter leads. (Where an exploring round that beat
+            # the leader kept the evidence, the tiny world's DFlash, its evidence made bad after the code prompts,
+            # came to lead math under one router vote and stayed behind EAGLE-3's chains under the other, whose
+            # evidence only that vote's exploring rounds moved, one per gap: 1.1-2.1x stock where its blocks run at
+            # 3-4x.)
             for estimate in (self.pooled[name], *self.estimates[name].values()):
                 estimate.forget()
                 estimate.explore_after = OTHER_DRAFTER_EVERY
         super().observe(width, accepted_per_row, seconds, within, rows)
         if width > 1:
             self.pooled[name].observe(min(width, rows or width), accepted_per_row)
-        if self.explored is not None:
+        if explored is not None:
             # the drafter not preferred drafted once: still behind under this vote, it waits twice as long next time
             # (a drafter that keeps about half the other's drafts gains nothing from rounds that confirm it); ahead,
             # or having kept every draft of a round narrower than its widest width (which says nothing yet of the
@@ -1250,22 +1295,29 @@ class RoutedWidthPolicy(PolicyOfPolicies):
             # round per gap, the tiny world's DFlash, its evidence gone bad on a fresh bundle's first code rounds,
             # stayed behind EAGLE-3's chains on math for 130 rounds (each exploring round kept every draft of 4
             # rows, and its best width stayed 4), at 1.6x stock where its blocks run at 3.4x.
-            (other, best, context), self.explored = self.explored, None
-            estimate, rates = self.estimates[other][context], self._drafting_rates()
+            other, best, context = explored
+            estimate = self.estimates[other][context]
             wider = [w for w in self.policies[other].widths if w > width]
-            kept = min(accepted_per_row)
             # (a one-row round, a chain that stopped unsure before its first draft, kept nothing: it backs off)
-            all_kept = bool(wider) and width > 1 and kept >= width - 1
-            if (kept + 1) / self.policies[other].round_seconds(width) > rates[best]:
+            all_kept = bool(wider) and width > 1 and min(accepted_per_row) >= width - 1
+            if beat:
                 # (and its first gap back, as a round that put it ahead: kept as it was, a run of such rounds that
                 # ended in a poor one doubled it, and a DFlash whose rounds had just kept 7 of 8 rows waited 128
                 # rounds for its next one)
                 estimate.explore_width = wider[0] if all_kept else width
                 estimate.explore_after = OTHER_DRAFTER_EVERY
             else:
+                rates = self._drafting_rates()
                 estimate.explore_width = 0
                 estimate.explore_after = (min(2 * estimate.explore_after, LAST_OTHER_DRAFTER_EVERY)
                                           if rates[other] < rates[best] and not all_kept else OTHER_DRAFTER_EVERY)
+
+    def _beats_the_leader(self, explored: tuple[str, str, str], width: int, accepted_per_row: list[int]) -> bool:
+        """Whether an exploring round's own tokens over its cost beat the preferred drafter's expected rate (its
+        slowest row's, as a batch commits)."""
+        other, best, _ = explored
+        return ((min(accepted_per_row) + 1) / self.policies[other].round_seconds(width)
+                > self.policies[best].rate(self.policies[best].best_drafting_width()))
 
     def learn_costs(self, round_widths, round_seconds, round_draft_seconds, rounds=None) -> None:
         """Each drafter's policy learns from its drafting rounds, and every policy from the plain steps (``rounds``:

@@ -4,6 +4,7 @@
   every variant over the code, math and prose prompts (10 each, as `specgen bench --target tiny` takes them); it prints
   each category's speed over stock generate (wall time with the prefill) and tau, medians of the passes after one
   warm-up.
+- ``run_whiflash_in_bench_order``, WhiFlash variants in that order, each run with fresh bundles.
 - ``run_with_stale_dflash``, the tiny world's WhiFlash made to recover on purpose: code, then DFlash's carried
   evidence set bad, then math.
 - ``run_on_the_real_target``, the real target's (SmolLM2-135M-Instruct) default calls, one prompt of each of the
@@ -66,6 +67,23 @@ def run_in_bench_order(target, prompts: dict, variants: tuple, decode, use, repe
                            f"({statistics.median(taus[(n, c)]):.1f})" for n in variants), flush=True)
     total = {n: sum(statistics.median(times[(n, c)]) for c in CATEGORIES) for n in names}
     print("all", "  ".join(f"{n} {total['stock'] / total[n]:.3f}x" for n in variants))
+
+
+def run_whiflash_in_bench_order(dtype: torch.dtype, variants: tuple, use, runs: int, repeats: int = 2,
+                                max_new_tokens: int = 192) -> None:
+    """``runs`` runs of WhiFlash's default call on the tiny world in ``dtype``, each with a fresh bundle per variant
+    (``use(name)`` patches variant ``name`` in), in the bench's order (``run_in_bench_order``, ``repeats`` passes
+    after a warm-up)."""
+    target, prompts = tiny_world(dtype)
+    for run in range(runs):
+        bundles = {name: hf_specgen.load_drafter(MODELS / "specgen-tiny-whiflash", dtype=dtype) for name in variants}
+
+        def decode(name, ids):
+            return target.generate(ids, assistant_model=bundles[name], speculative_mode="whiflash",
+                                   max_new_tokens=max_new_tokens, return_dict_in_generate=True)
+
+        print(f"run {run + 1}", flush=True)
+        run_in_bench_order(target, prompts, variants, decode, use, repeats, max_new_tokens)
 
 
 def run_with_stale_dflash(target, prompts: dict, variants: tuple, use, runs: int, before_call=None) -> None:

@@ -1218,9 +1218,13 @@ class RoutedWidthPolicy(PolicyOfPolicies):
         return (explorer.round_seconds(explorer.exploring_width())
                 <= OPENING_EXPLORE_COST * leader.round_seconds(leader.best_drafting_width()))
 
+    def _drafting_rate(self, name: str) -> float:
+        """A drafter's expected tokens per second at its best drafting width, under the prepared context."""
+        policy = self.policies[name]
+        return policy.rate(policy.best_drafting_width())
+
     def _drafting_rates(self) -> dict[str, float]:
-        """Each drafter's expected tokens per second at its best drafting width, under the prepared context."""
-        return {name: policy.rate(policy.best_drafting_width()) for name, policy in self.policies.items()}
+        return {name: self._drafting_rate(name) for name in self.policies}
 
     def prepare(self, copying: bool = False) -> None:
         """The round's vote and context (the vote, and whether its rows have a copy at hand, where the call keeps
@@ -1316,8 +1320,7 @@ class RoutedWidthPolicy(PolicyOfPolicies):
         """Whether an exploring round's own tokens over its cost beat the preferred drafter's expected rate (its
         slowest row's, as a batch commits)."""
         other, best, _ = explored
-        return ((min(accepted_per_row) + 1) / self.policies[other].round_seconds(width)
-                > self.policies[best].rate(self.policies[best].best_drafting_width()))
+        return (min(accepted_per_row) + 1) / self.policies[other].round_seconds(width) > self._drafting_rate(best)
 
     def learn_costs(self, round_widths, round_seconds, round_draft_seconds, rounds=None) -> None:
         """Each drafter's policy learns from its drafting rounds, and every policy from the plain steps (``rounds``:

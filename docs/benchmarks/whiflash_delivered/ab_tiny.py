@@ -14,21 +14,10 @@ ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "docs" / "benchmarks"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import hf_specgen  # noqa: E402
 import patch  # noqa: E402
-from tiny_ab import run_in_bench_order, MODELS, tiny_world  # noqa: E402
+from tiny_ab import run_whiflash_in_bench_order  # noqa: E402
 
 dtype, repeats = getattr(torch, sys.argv[1]), int(sys.argv[2])
 max_new = int(sys.argv[3]) if len(sys.argv) > 3 else 192
-target, prompts = tiny_world(dtype)
-variants = ("now", "delivered")
-drafters = {n: hf_specgen.load_drafter(MODELS / "specgen-tiny-whiflash", dtype=dtype) for n in variants}
-
-
-def decode(name, ids):
-    return target.generate(ids, assistant_model=drafters[name], speculative_mode="whiflash", max_new_tokens=max_new,
-                           return_dict_in_generate=True)
-
-
-run_in_bench_order(target, prompts, variants, decode, lambda name: patch.enable(name == "delivered"),
-                   repeats, max_new)
+run_whiflash_in_bench_order(dtype, ("now", "delivered"), lambda name: patch.enable(name == "delivered"), 1, repeats,
+                            max_new)

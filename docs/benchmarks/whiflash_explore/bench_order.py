@@ -15,17 +15,9 @@ ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "docs" / "benchmarks"))
 import hf_specgen  # noqa: E402
-from tiny_ab import run_in_bench_order, MODELS, tiny_world  # noqa: E402
+from tiny_ab import run_whiflash_in_bench_order  # noqa: E402
 
 assert Path(hf_specgen.__file__).resolve().is_relative_to(ROOT), "hf_specgen must come from this tree"
 dtype, runs = getattr(torch, sys.argv[1]), int(sys.argv[2])
 repeats = int(sys.argv[3]) if len(sys.argv) > 3 else 2
-target, prompts = tiny_world(dtype)
-for run in range(runs):
-    bundle = hf_specgen.load_drafter(MODELS / "specgen-tiny-whiflash", dtype=dtype)
-
-    def decode(name, ids):
-        return target.generate(ids, assistant_model=bundle, speculative_mode="whiflash", max_new_tokens=192,
-                               return_dict_in_generate=True)
-
-    run_in_bench_order(target, prompts, ("whiflash",), decode, lambda name: None, repeats, 192)
+run_whiflash_in_bench_order(dtype, ("whiflash",), lambda name: None, runs, repeats)

@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "docs" / "benchmarks"))
 import hf_specgen  # noqa: E402
 from hf_specgen.engine import width_policy  # noqa: E402
-from tiny_ab import (MODELS, run_in_bench_order, run_on_the_real_target, run_with_stale_dflash,  # noqa: E402
+from tiny_ab import (run_on_the_real_target, run_whiflash_in_bench_order, run_with_stale_dflash,  # noqa: E402
                      tiny_world)
 
 assert Path(hf_specgen.__file__).resolve().is_relative_to(ROOT), "hf_specgen must come from this tree"
@@ -48,14 +48,4 @@ elif case == "stale":
     target, prompts = tiny_world(dtype)
     run_with_stale_dflash(target, prompts, VARIANTS, use, n)
 else:
-    target, prompts = tiny_world(dtype)
-    for run in range(n):
-        bundles = {name: hf_specgen.load_drafter(MODELS / "specgen-tiny-whiflash", dtype=dtype)
-                   for name in VARIANTS}
-
-        def decode(name, ids):
-            return target.generate(ids, assistant_model=bundles[name], speculative_mode="whiflash",
-                                   max_new_tokens=192, return_dict_in_generate=True)
-
-        print(f"run {run + 1}", flush=True)
-        run_in_bench_order(target, prompts, VARIANTS, decode, use, 2, 192)
+    run_whiflash_in_bench_order(dtype, VARIANTS, use, n)

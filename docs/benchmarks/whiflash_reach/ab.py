@@ -14,22 +14,12 @@ import torch
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "docs" / "benchmarks"))
-import hf_specgen  # noqa: E402
 from hf_specgen.engine.width_policy import RoutedWidthPolicy  # noqa: E402
-from tiny_ab import run_in_bench_order, MODELS, tiny_world  # noqa: E402
+from tiny_ab import run_whiflash_in_bench_order  # noqa: E402
 
 dtype, repeats = getattr(torch, sys.argv[1]), int(sys.argv[2])
 max_new = int(sys.argv[3]) if len(sys.argv) > 3 else 192
-target, prompts = tiny_world(dtype)
 chosen = RoutedWidthPolicy.unsure_drafting_width
-
-
-def bundle():
-    return hf_specgen.load_drafter(MODELS / "specgen-tiny-whiflash", dtype=dtype)
-
-
-variants = ("now", "reach")
-drafters = {n: bundle() for n in variants}
 
 
 def use(name):
@@ -37,9 +27,4 @@ def use(name):
         lambda self, width: self.current.unsure_drafting_width(width))
 
 
-def decode(name, ids):
-    return target.generate(ids, assistant_model=drafters[name], speculative_mode="whiflash", max_new_tokens=max_new,
-                           return_dict_in_generate=True)
-
-
-run_in_bench_order(target, prompts, variants, decode, use, repeats, max_new)
+run_whiflash_in_bench_order(dtype, ("now", "reach"), use, 1, repeats, max_new)

@@ -1635,18 +1635,36 @@ def _carried_calls(policy, used, calls: int, rounds: int, kept: dict):
 
 def test_whiflash_default_call_explores_where_a_call_opens_if_exploring_is_cheap():
     """A call is new text. Calls of 10 rounds, carried into each other; EAGLE-3's chains keep every draft, DFlash's
-    blocks keep none, its gap backs off to 128 rounds. Where its 8-row round costs about the chain's (drafting at 0.3
-    plain steps: 1.13 times the chain's 4-row round), each call's first round explores once 16 rounds have gone
-    without it, whatever its gap: every other call. Where it costs more than OPENING_EXPLORE_COST times the chain's
-    (drafting at 4 plain steps), only its gap calls it (``test_whiflash_default_call_counts_the_rounds_towards_the_
-    other_drafters_turn_across_calls``). With a gap of 64 carried from code, the tiny world's math ran 130 rounds on
-    EAGLE-3's chains (tau 3, AVX2 fp32 costs) before DFlash, at tau 7 once it drafted, had its turn."""
+    blocks keep none. Where DFlash's 8-row round costs about the chain's (drafting at 0.3 plain steps: 1.13 times the
+    chain's 4-row round), a call's first drafting round explores with it every ``opening_explore_every``-th call,
+    whatever its gap, and each such round that leaves it behind doubles that count up to LAST_OPENING_EXPLORE_EVERY:
+    after its gap's round (the 16th), the calls opening at rounds 20, 40 and 80. Where it costs more than
+    OPENING_EXPLORE_COST times the chain's round (drafting at 4 plain steps), only its gap calls it
+    (``test_whiflash_default_call_counts_the_rounds_towards_the_other_drafters_turn_across_calls``).
+
+    Then DFlash leads for three calls, keeps nothing for one (the chains take over within it) and keeps every draft
+    again: the next call opens with a DFlash round, which beats the chain, and DFlash leads from there. Before, a
+    call opened with an exploring round under each router vote only where the vote had gone 16 rounds without it:
+    here the whole next call ran on the chains; on the tiny world (AVX2 fp32 costs), whose math answers take about 11
+    rounds, the first three math prompts of one pass of three ran on EAGLE-3's chains at tau 3-4, where DFlash's
+    blocks keep 6-7 drafts (and before any opening round, with a gap of 64 carried from code, 130 rounds did)."""
     every = lambda w: w - 1  # noqa: E731
+    for draft, opening_rounds in ((0.3, [20, 40, 80]), (4.0, [])):
+        policy, used = _routed_policy(dflash_draft=draft)
+        chosen, policy = _carried_calls(policy, used, 12, 10, {"eagle3": every, "dflash": lambda w: 0})
+        explored = [i for i, (drafter, _) in enumerate(chosen) if drafter == "dflash"]
+        assert [i for i in explored if i % 10 == 0] == opening_rounds and all(chosen[i][1] == 8 for i in explored)
+        assert policy.estimates["dflash"]["dflash"].opening_explore_every == (8 if opening_rounds else 1)
+    assert width_policy.LAST_OPENING_EXPLORE_EVERY == 8 and width_policy.OPENING_EXPLORE_COST == 1.25
+
     policy, used = _routed_policy(dflash_draft=0.3)
-    chosen, _ = _carried_calls(policy, used, 12, 10, {"eagle3": every, "dflash": lambda w: 0})
-    explored = [i for i, (drafter, _) in enumerate(chosen) if drafter == "dflash"]
-    assert explored == [15, 40, 60, 80, 100] and all(chosen[i][1] == 8 for i in explored)
-    assert width_policy.OPENING_EXPLORE_AFTER == 16 and width_policy.OPENING_EXPLORE_COST == 1.25
+    chosen, policy = _carried_calls(policy, used, 3, 10, {"eagle3": every, "dflash": every})
+    assert chosen[-9:] == [("dflash", 8)] * 9
+    chosen, policy = _carried_calls(policy, used, 1, 10, {"eagle3": every, "dflash": lambda w: 0})
+    assert chosen[-5:] == [("eagle3", 4)] * 5
+    chosen, policy = _carried_calls(policy, used, 1, 10, {"eagle3": every, "dflash": every})
+    assert chosen == [("dflash", 8)] * 10
+    assert policy.estimates["dflash"]["dflash"].opening_explore_every == 1
 
 
 @pytest.mark.parametrize("kept", [5, 7])

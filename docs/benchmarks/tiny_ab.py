@@ -17,26 +17,30 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import hf_specgen
-from hf_specgen.bench.prompt_sets import load_prompt_set
+from hf_specgen.bench.prompt_sets import chat_ids, load_prompt_set, pick_prompts
 
 MODELS = Path(__file__).resolve().parents[2] / "hub_models"  # the shipped tiny world, of this file's tree
 
 CATEGORIES = ("code", "math", "prose")
 
 
-def tiny_world_prompts(tokenizer, per_category: int = 10) -> dict:
-    """category -> [prompt ids [1, P]] under the chat template."""
-    return {c: [tokenizer.apply_chat_template([{"role": "user", "content": p["prompt"]}], add_generation_prompt=True,
-                                              return_tensors="pt", return_dict=True)["input_ids"]
-                for p in load_prompt_set("tinyworld") if p["category"] == c][:per_category] for c in CATEGORIES}
+def tiny_world_prompts(tokenizer, per_category: int = 10, bench_order: bool = False) -> dict:
+    """category -> [prompt ids [1, P]] under the chat template: each category's first prompts in the prompt set's
+    order, or (``bench_order``) the ones `specgen bench --target tiny` takes, in its seeded order (--seed 0)."""
+    if bench_order:
+        records = pick_prompts(["tinyworld"], per_category, seed=0)
+    else:
+        records = [p for c in CATEGORIES for p in load_prompt_set("tinyworld") if p["category"] == c]
+    return {c: [chat_ids(tokenizer, p["prompt"]) for p in records if p["category"] == c][:per_category]
+            for c in CATEGORIES}
 
 
-def tiny_world(dtype: torch.dtype):
+def tiny_world(dtype: torch.dtype, bench_order: bool = False):
     """One torch thread (as every A/B here runs), the tiny world's target in ``dtype`` with hf_specgen enabled, and its
     prompts (``tiny_world_prompts``): (target, prompts)."""
     torch.set_num_threads(1)
     target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained(MODELS / "specgen-tiny", dtype=dtype))
-    return target, tiny_world_prompts(AutoTokenizer.from_pretrained(MODELS / "specgen-tiny"))
+    return target, tiny_world_prompts(AutoTokenizer.from_pretrained(MODELS / "specgen-tiny"), bench_order=bench_order)
 
 
 def run_in_bench_order(target, prompts: dict, variants: tuple, decode, use, repeats: int, max_new_tokens: int) -> None:
@@ -137,7 +141,6 @@ def run_on_the_real_target(dtype: torch.dtype, passes: int, variants: dict, use,
     with a bundle of its own; ``use(name)`` patches in variant ``name``. Each pass runs every variant, their order
     turned each pass; it prints, per category and over all, wall time per token with the prefill as a speed over the
     first variant's, medians of ``passes`` passes after one warm-up, and tau."""
-    from hf_specgen.bench.prompt_sets import pick_prompts
     from hf_specgen.targets import resolve_target
 
     torch.set_num_threads(1)

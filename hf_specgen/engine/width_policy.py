@@ -105,10 +105,12 @@ POOLED_WEIGHT = 4.0  # rounds' worth of a pooled estimate's rates as a contextua
 # and explores again at the vote's next round (RoutedWidthPolicy.observe).
 OTHER_DRAFTER_EVERY = 16
 LAST_OTHER_DRAFTER_EVERY = 128
-# A call is new text: in its first drafting round under a vote, the drafter not preferred explores where that vote has
-# gone OPENING_EXPLORE_AFTER rounds without it, whatever its gap, if its exploring round costs at most
-# OPENING_EXPLORE_COST times the preferred drafter's round (RoutedWidthPolicy._drafter_for).
-OPENING_EXPLORE_AFTER, OPENING_EXPLORE_COST = OTHER_DRAFTER_EVERY, 1.25
+# A call is new text: in its first drafting round, the drafter not preferred under the round's router vote explores,
+# whatever its gap, every ``opening_explore_every``-th call (1, doubled after each such round that leaves it behind
+# up to LAST_OPENING_EXPLORE_EVERY, back to 1 once one beats the leader or the drafter leads under that vote; carried
+# with its estimate under the vote), if its exploring round costs at most OPENING_EXPLORE_COST times the preferred
+# drafter's round (RoutedWidthPolicy._drafter_for).
+LAST_OPENING_EXPLORE_EVERY, OPENING_EXPLORE_COST = 8, 1.25
 # An exploring round verifies the widest width whose round costs at most EXPLORE_WIDENING times a round at the
 # drafter's best width (WidthPolicy.exploring_width): a block drafter's wider rows cost little more, and test slots its
 # stale estimate no longer reaches.
@@ -343,6 +345,9 @@ class AcceptanceEstimate:
         self.explore_width = 0
         # calls between opening probes where probes are dear, and the calls since the last one (carried likewise)
         self.opening_every, self.calls_since_opening = 1, 0
+        # WhiFlash: calls between the drafter's opening exploring rounds under this estimate's vote, and the calls
+        # since the last one (RoutedWidthPolicy; carried likewise)
+        self.opening_explore_every, self.calls_since_opening_explore = 1, 0
         # the share of recent probes (or runs of follow-ups) that failed (carried likewise; see PROBES_FAILING)
         self.probes_failing = PROBES_FAILING
         # the widest round the evidence holds: slots past it were never verified, and their rate is only the prior
@@ -463,6 +468,8 @@ def _carry_probe_schedule(estimate, copy) -> None:
     copy.explore_after, copy.probes_failing = estimate.explore_after, estimate.probes_failing
     copy.rounds_without, copy.explore_width = estimate.rounds_without, estimate.explore_width
     copy.opening_every, copy.calls_since_opening = estimate.opening_every, estimate.calls_since_opening
+    copy.opening_explore_every = estimate.opening_explore_every
+    copy.calls_since_opening_explore = estimate.calls_since_opening_explore
 
 
 class TreeAcceptanceEstimate:
@@ -487,6 +494,7 @@ class TreeAcceptanceEstimate:
         self.sure_after = FIRST_SURE_RUN
         self.explore_after, self.rounds_without, self.explore_width = OTHER_DRAFTER_EVERY, 0, 0
         self.opening_every, self.calls_since_opening = 1, 0  # see AcceptanceEstimate
+        self.opening_explore_every, self.calls_since_opening_explore = 1, 0
         self.probes_failing = PROBES_FAILING
 
     @property
@@ -1102,7 +1110,10 @@ class RoutedWidthPolicy(PolicyOfPolicies):
     speed with bf16 costs and 0.976 with an AVX2 CPU's fp32 ones; backing off, 0.999 and 0.983). An exploring round
     whose own tokens over its cost beat the preferred drafter's expected rate says that drafter's estimate is behind
     its text: its evidence under every vote and over all goes, as after a probe that passes, and the vote's next round
-    explores again (wider where it kept every draft) until one does not beat the leader or the drafter leads.
+    explores again (wider where it kept every draft) until one does not beat the leader or the drafter leads. A call
+    is new text: where exploring costs little more than the leader's round, its first drafting round explores with
+    the drafter not preferred under the round's vote, every call at first and backing off (in calls) while such
+    rounds leave it behind (LAST_OPENING_EXPLORE_EVERY).
     While plain steps pay best for both, the plain rounds and their probes go to the most promising drafter's policy,
     and after each probe to the other's (unless no drafting width of its could pay), so that probes take turns
     between the drafters (before, the drafter rated the more promising ran every probe, and the other, whose estimate
@@ -1155,9 +1166,16 @@ class RoutedWidthPolicy(PolicyOfPolicies):
         # there (WidthPolicy.plain_streak, swapped in by prepare)
         self.plain_streaks: dict[tuple[str, str | None], int] = {}
         self.streak_context: str | None = None  # the context whose streaks the policies hold
-        self.opened: set[str] = set()  # the contexts in which this call has had a drafting round
+        self.opened = False  # whether this call has had a drafting round
+        # the estimates (drafter, context) that hold rounds of earlier calls (their texts): this call's opening may
+        # explore with them; this call counts towards their next opening exploring round (_drafter_for)
+        self.carried_in = {(name, context) for name, by_vote in estimates.items()
+                           for context, estimate in by_vote.items() if estimate.widest > 0}
+        for name, context in self.carried_in:
+            estimates[name][context].calls_since_opening_explore += 1
         self.explored: tuple[str, str, str] | None = None  # this round's (drafter, preferred drafter, context) where
         # the drafter not preferred drafts once (_drafter_for); its outcome sets that drafter's next gap (observe)
+        self.opening_explored = False  # whether that round is the call's opening one
 
     def set_rows(self, row_ids: list[int], tokens_left: list[int], rows_leave: bool) -> None:
         """A batch: each drafter's policy rates the batch until its slowest row is done, as a drafter alone's does
@@ -1195,20 +1213,27 @@ class RoutedWidthPolicy(PolicyOfPolicies):
             return best, False
         waiting = self.estimates[other][context]
         waiting.rounds_without += 1
-        # (the call's first drafting round under this vote: a new text, on which the gap, grown on earlier texts,
-        # says little. Waiting out a gap of 64 rounds carried from code, the tiny world's math ran 130 rounds on
-        # EAGLE-3's chains at tau 3 with AVX2 fp32 costs, where DFlash's blocks, once they drafted, ran at tau 7.
-        # Not where exploring costs much more than the leader's round: there the gap's backing off pays)
-        opening = context not in self.opened
-        self.opened.add(context)
-        due = (waiting.explore_width or waiting.rounds_without >= waiting.explore_after
-               or (opening and waiting.rounds_without >= OPENING_EXPLORE_AFTER and self._cheap_to_explore(other, best)))
+        # (the call's first drafting round: a new text, on which a gap grown on earlier texts says little. Waiting out
+        # a gap of 64 rounds carried from code, the tiny world's math ran 130 rounds on EAGLE-3's chains at tau 3
+        # with AVX2 fp32 costs, where DFlash's blocks, once they drafted, ran at tau 7; opening a call under each vote
+        # once the vote had gone 16 rounds without DFlash, its first three math prompts of about 11 rounds each
+        # still ran on the chains in one pass of three. Not where exploring costs much more than the leader's round:
+        # there the gap's backing off pays)
+        opening, self.opened = not self.opened, True
+        opens = (opening and (other, context) in self.carried_in
+                 and waiting.calls_since_opening_explore >= waiting.opening_explore_every
+                 and self._cheap_to_explore(other, best))
+        due = waiting.explore_width or waiting.rounds_without >= waiting.explore_after or opens
         if due and self.policies[other].drafting_could_pay():
             waiting.rounds_without = 0
             self.explored = (other, best, context)
+            if opening:
+                waiting.calls_since_opening_explore, self.opening_explored = 0, True
             return other, True
         preferred = self.estimates[best][context]
-        preferred.rounds_without = preferred.explore_width = 0  # (it leads here: its exploring rounds start afresh)
+        # (it leads here: its exploring rounds start afresh)
+        preferred.rounds_without = preferred.explore_width = 0
+        preferred.opening_explore_every = 1
         return best, False
 
     def _cheap_to_explore(self, other: str, best: str) -> bool:
@@ -1270,6 +1295,7 @@ class RoutedWidthPolicy(PolicyOfPolicies):
                 rows: int | None = None) -> None:
         name = self.round_drafters[-1]
         explored, self.explored = self.explored, None
+        opening, self.opening_explored = self.opening_explored, False
         beat = explored is not None and self._beats_the_leader(explored, width, accepted_per_row)
         # (an exploring round that follows one that beat the leader builds on the evidence that one left)
         again = explored is not None and self.estimates[explored[0]][explored[2]].explore_width > 0
@@ -1304,6 +1330,9 @@ class RoutedWidthPolicy(PolicyOfPolicies):
             wider = [w for w in self.policies[other].widths if w > width]
             # (a one-row round, a chain that stopped unsure before its first draft, kept nothing: it backs off)
             all_kept = bool(wider) and width > 1 and min(accepted_per_row) >= width - 1
+            if opening:  # the call's opening exploring round: a round that leaves it behind backs the next one off
+                estimate.opening_explore_every = (1 if beat else
+                                                  min(2 * estimate.opening_explore_every, LAST_OPENING_EXPLORE_EVERY))
             if beat:
                 # (and its first gap back, as a round that put it ahead: kept as it was, a run of such rounds that
                 # ended in a poor one doubled it, and a DFlash whose rounds had just kept 7 of 8 rows waited 128

@@ -1,8 +1,10 @@
 """ab.py CASE DTYPE N: WhiFlash's default call as the engine runs it ("now") beside two variants patched in, in one
 process: "best", its exploring rounds at the drafter's best width (as before 2026-11-30's fifth session; now they
 draft the widest width whose round costs at most EXPLORE_WIDENING times that, WidthPolicy.exploring_width); "no
-opening", no exploring round at a call's first round under a vote but where its gap calls it (OPENING_EXPLORE_AFTER
-out of reach). Both keep the rest of the engine, the dropped evidence of an exploring round that beats the leader too.
+opening", no exploring round at a call's first drafting round but where its gap calls it (exploring never cheap: since
+2026-11-30's sixth session a call's opening explores on a schedule counted in calls, no longer where a vote has gone 16
+rounds without the drafter, which is what this file's results.txt measured as "now"). Both keep the rest of the
+engine, the dropped evidence of an exploring round that beats the leader too.
 
 - ``stale``: N runs of the case made on purpose (docs/benchmarks/tiny_ab.py's run_with_stale_dflash): code, DFlash's
   carried evidence set bad, then math; speed over stock generate, tau, DFlash's share of the drafting rounds.
@@ -29,14 +31,16 @@ from tiny_ab import (run_on_the_real_target, run_whiflash_in_bench_order, run_wi
                      tiny_world)
 
 assert Path(hf_specgen.__file__).resolve().is_relative_to(ROOT), "hf_specgen must come from this tree"
-_exploring_width, _opening_after = width_policy.WidthPolicy.exploring_width, width_policy.OPENING_EXPLORE_AFTER
+_exploring_width = width_policy.WidthPolicy.exploring_width
+_cheap_to_explore = width_policy.RoutedWidthPolicy._cheap_to_explore
 VARIANTS = ("now", "best", "no opening")
 
 
 def use(name: str) -> None:
     width_policy.WidthPolicy.exploring_width = (width_policy.WidthPolicy.best_drafting_width if name == "best"
                                                 else _exploring_width)
-    width_policy.OPENING_EXPLORE_AFTER = 10**9 if name == "no opening" else _opening_after
+    width_policy.RoutedWidthPolicy._cheap_to_explore = ((lambda self, other, best: False) if name == "no opening"
+                                                        else _cheap_to_explore)
 
 
 case, dtype, n = sys.argv[1], getattr(torch, sys.argv[2]), int(sys.argv[3])

@@ -1,11 +1,14 @@
-"""stuck.py DTYPE RUNS: how often WhiFlash's default call on the tiny world gets stuck on EAGLE-3's chains for math,
-with the hf_specgen of the tree this file is in (copy it and docs/benchmarks/tiny_ab.py into a checkout of another
-commit to measure that one). Each run loads a fresh bundle and decodes the code, math and prose prompts (10 each) twice
-in the bench's order (the first pass is the bench's warm-up); it prints each pass's math tau, wall seconds and the share
-of drafting rounds DFlash ran. In the stuck runs math runs at tau 2.7-2.8 with DFlash in almost no round, where the
-others run at tau 6-7: no clock is needed to tell them apart.
+"""stuck.py DTYPE RUNS [bench]: how often WhiFlash's default call on the tiny world gets stuck on EAGLE-3's chains for
+math, with the hf_specgen of the tree this file is in (copy it and docs/benchmarks/tiny_ab.py into a checkout of
+another commit to measure that one). Each run loads a fresh bundle and decodes the code, math and prose prompts (10
+each) twice in the bench's order (the first pass is the bench's warm-up); it prints each pass's math tau, wall
+seconds and the share of drafting rounds DFlash ran. In the stuck runs math runs at tau 2.7-2.8 with DFlash in almost
+no round, where the others run at tau 6-7: no clock is needed to tell them apart. With ``bench``, the prompts are the
+ones `specgen bench --target tiny` takes, in its seeded order (tiny_ab.tiny_world_prompts); without, each category's
+first 10.
 
     python docs/benchmarks/whiflash_surprise/stuck.py bfloat16 20
+    python docs/benchmarks/whiflash_surprise/stuck.py float32 20 bench
     python docs/benchmarks/whiflash_surprise/stuck.py summary FILE...   (per file and pass: runs, stuck runs (math tau
         under 3.5), weak runs (under 5), the median and mean math tau)
 """
@@ -36,7 +39,7 @@ from tiny_ab import CATEGORIES, MODELS, tiny_world  # noqa: E402
 
 assert Path(hf_specgen.__file__).resolve().is_relative_to(ROOT), "hf_specgen must come from this tree"
 dtype, runs = getattr(torch, sys.argv[1]), int(sys.argv[2])
-target, prompts = tiny_world(dtype)
+target, prompts = tiny_world(dtype, bench_order=sys.argv[3:] == ["bench"])
 for ids in prompts["code"][:2]:  # the target's own first calls (allocations) outside the runs
     target.generate(ids, do_sample=False, max_new_tokens=192)
 for run in range(runs):

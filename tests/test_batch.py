@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 import random
 import traceback
+from pathlib import Path
 
 import pytest
 import torch
@@ -122,7 +123,7 @@ def test_an_eager_batch_drops_its_finished_rows_and_keeps_stock_tokens():
     """Once half the rows or more are done, later rounds compute only the others (session, caches and each
     proposer's per-row state keep those rows): every mode's tokens stay stock greedy's, per row, with a prefix
     constraint that reads each row's index in the caller's batch and a repetition penalty that reads its padding.
-    A router (per-row votes), FLy and compiled steps keep the whole batch."""
+    FLy and compiled steps keep the whole batch."""
     target = make_target("qwen3", seed=5)
     vocab = target.config.vocab_size
     rng = random.Random(12)
@@ -145,6 +146,10 @@ def test_an_eager_batch_drops_its_finished_rows_and_keeps_stock_tokens():
         "classic": (small, {"num_draft_tokens": 4}),
         "eagle3": (eagle, {"eagle_top_k": 1}),
         "eagle3-tree": (eagle, {"eagle_top_k": 3, "eagle_depth": 4, "eagle_total_tokens": 10}),
+        # a router: each drafter's policy gets a smaller batch's costs, each drafter and its backlog keep the rows
+        "whiflash": (hf_specgen.WhiFlash(ar=eagle, parallel=dflash, router="random"), {"eagle_top_k": 1}),
+        "whiflash-b8": (hf_specgen.WhiFlash(ar=eagle, parallel=dflash, router="random"),
+                        {"eagle_top_k": 1, "block_size": 8}),
     }
     for call, (assistant, extra) in calls.items():
         out = target.generate(ids, attention_mask=mask, assistant_model=assistant, speculative_mode=call.split("-")[0],
@@ -157,14 +162,48 @@ def test_an_eager_batch_drops_its_finished_rows_and_keeps_stock_tokens():
         assert stats.row_new_tokens == lengths, call
         for row, new in zip(stats.row_acceptance_lengths, lengths):  # each row's rounds, at its place in the batch
             assert 1 + sum(row) == new, call
-    whiflash = hf_specgen.WhiFlash(ar=eagle, parallel=dflash, router="random")
-    for mode, assistant, extra in (("whiflash", whiflash, {"eagle_top_k": 1}),
-                                   ("fly", small, {"fly_entropy_threshold": 1.0986, "num_draft_tokens": 4})):
-        out = target.generate(ids, attention_mask=mask, assistant_model=assistant, speculative_mode=mode,
-                              max_new_tokens=40, do_sample=False, eos_token_id=stops, pad_token_id=0,
-                              return_dict_in_generate=True, **common, **extra)
-        assert out.sequences.tolist() == ref.tolist(), mode
-        assert set(out.speculative_stats.round_batch_sizes) == {8}, mode
+    out = target.generate(ids, attention_mask=mask, assistant_model=small, speculative_mode="fly",
+                          max_new_tokens=40, do_sample=False, eos_token_id=stops, pad_token_id=0,
+                          return_dict_in_generate=True, fly_entropy_threshold=1.0986, num_draft_tokens=4, **common)
+    assert out.sequences.tolist() == ref.tolist()
+    assert set(out.speculative_stats.round_batch_sizes) == {8}
+
+
+def test_a_routers_batch_that_drops_its_finished_rows_drafts_each_row_as_the_whole_batch_did(monkeypatch):
+    """WhiFlash drops a batch's finished rows with each drafter's state and the backlog of rounds it sat out (lazy
+    catch-up): on the shipped tiny world (fp32, drafters that keep several tokens a round, a router reading each
+    unfinished row's logits), every row's rounds commit what they did where the batch kept its finished
+    rows, round by round, with the same drafter each round, and the tokens stay stock greedy's. A backlog or vote
+    left with the finished rows' places would hand a row another's context, and its rounds would keep less."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from hf_specgen.bench.batch_curve import left_padded
+    from hf_specgen.bench.prompt_sets import chat_ids, load_prompt_set
+    from hf_specgen.drafters.whiflash import WhiFlashProposer
+
+    hub = Path(__file__).resolve().parents[1] / "hub_models"
+    target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained(hub / "specgen-tiny", dtype=torch.float32))
+    tokenizer = AutoTokenizer.from_pretrained(hub / "specgen-tiny")
+    records = load_prompt_set("tinyworld")
+    prompts = [chat_ids(tokenizer, r["prompt"]) for c in ("code", "math", "prose")
+               for r in [r for r in records if r["category"] == c][:3]]
+    ids, mask = left_padded(prompts, tokenizer.pad_token_id)
+    call = dict(attention_mask=mask, max_new_tokens=48, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    ref = target.generate(ids, **call)
+    whiflash = hf_specgen.load_drafter(str(hub / "specgen-tiny-whiflash"), dtype=torch.float32)
+    # votes read each unfinished row's own logits, and split: either drafter sits out rounds
+    whiflash.router = lambda signal: "eagle3" if int(signal["logits"].argmax()) % 3 == 0 else "dflash"
+    call.update(assistant_model=whiflash, speculative_mode="whiflash", block_size=8, return_dict_in_generate=True)
+    dropped = target.generate(ids, **call)
+    monkeypatch.delattr(WhiFlashProposer, "keep_rows")  # the batch keeps its finished rows
+    kept = target.generate(ids, **call).speculative_stats
+    assert dropped.sequences.tolist() == ref.tolist()
+    stats = dropped.speculative_stats
+    assert set(kept.round_batch_sizes) == {9} and stats.round_batch_sizes[-1] < 9
+    assert {"eagle3", "dflash"} <= set(stats.drafter_per_round)  # each drafter sat out rounds: a backlog to keep
+    assert stats.mean_acceptance_length > 2
+    assert stats.drafter_per_round == kept.drafter_per_round
+    assert stats.row_acceptance_lengths == kept.row_acceptance_lengths
 
 
 def test_a_hybrid_batch_drops_its_finished_rows_with_their_recurrent_states():

@@ -211,6 +211,19 @@ class WhiFlashProposer:
             for name in self.proposers:
                 self._catch_up(name)
 
+    def keep_rows(self, rows: list[int]) -> None:
+        """An eager batch drops its finished rows (``SpeculativeDecoder``): both drafters, and each one's backlog,
+        keep ``rows`` only. (The votes need nothing: ``observe`` read the unfinished rows alone, in order.) While a
+        router's batch kept its finished rows, the tiny world's WhiFlash at batch 16 ran its rounds over 16 rows to
+        the end, at 0.93x stock batched generate with AVX2 fp32 costs, where DFlash and EAGLE-3 alone dropped theirs
+        and ran at 1.43x and 1.36x."""
+        index = torch.tensor(rows, dtype=torch.long, device=self.session.device)
+        for name, proposer in self.proposers.items():
+            proposer.keep_rows(rows)
+            self.pending_counts[name] = self.pending_counts[name].index_select(0, index)
+            self.unseen[name] = [(features.index_select(0, index), counts.index_select(0, index))
+                                 for features, counts in self.unseen[name]]
+
     def _catch_up(self, name: str) -> torch.Tensor:
         """Hand drafter ``name`` every row it has not seen, in one forward; returns how many each batch row had [B]."""
         proposer = self.proposers[name]

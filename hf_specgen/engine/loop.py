@@ -495,8 +495,9 @@ class SpeculativeDecoder:
                 policy = self._width_policy(session, show, copying) if self.adaptive and active_rows else None
                 segments = [(policy, 0)]  # each policy of the call and its first round (dropping rows changes it)
                 # An eager batch drops its finished rows (below), with a proposer that keeps per-row state it can
-                # drop; not FLy (its verifier) nor a router (per-row votes), nor where row 0 is streamed or scored
-                drops_rows = (not self.compile_steps and hasattr(self.proposer, "keep_rows") and observe is None
+                # drop (a router too: its votes are the unfinished rows'); not FLy (its verifier), nor where row 0
+                # is streamed or scored
+                drops_rows = (not self.compile_steps and hasattr(self.proposer, "keep_rows")
                               and self.verifier is None and batch > 1 and streamer is None
                               and not (want_scores or want_logits))
                 finished_rows = FinishedRows(session)
@@ -658,7 +659,7 @@ class SpeculativeDecoder:
                             policy.observe_sure(target_sure[0])
                         stats.round_widths.append(round_width)
                     if observe is not None and still_active:  # each row's newest committed token
-                        rows, newest = torch.arange(batch, device=result.logits.device), result.n_accepted
+                        rows, newest = torch.arange(session.batch_size, device=result.logits.device), result.n_accepted
                         observe(result.logits[rows, newest], features[rows, newest], still_active)
                     stats.add_round([numbers[2][b] + 1 for b in active_rows],
                                     [session.row_ids[b] for b in active_rows],  # the rows' places in the batch
@@ -678,9 +679,7 @@ class SpeculativeDecoder:
                         active = torch.ones(len(active_rows), dtype=torch.bool, device=active.device)
                         active_rows = list(range(len(active_rows)))
                         if policy is not None and batch_bucket(session.batch_size) != bucket:
-                            policy = self._drafter_policy(self.proposer, self.width, session, show,
-                                                          lambda fresh, kept=policy.acceptance: kept, quick=True,
-                                                          draft_fallback=policy.whole_block_draft_seconds)
+                            policy = self._policy_for_fewer_rows(policy, session, show)
                             segments.append((policy, len(stats.round_widths)))
                 t2 = clock.mark()
         finally:
@@ -817,6 +816,22 @@ class SpeculativeDecoder:
         fixed = self.proposer.settings.router if self.proposer.settings.router in drafters else None
         routed = RoutedWidthPolicy(policies, estimates, pooled, self.proposer.vote, self.proposer.use_drafter, fixed)
         return self._with_copies(routed, next(iter(policies.values())).costs, session, show, copying)
+
+    def _policy_for_fewer_rows(self, policy, session: DecodingSession, show):
+        """The call's policy once dropped rows put the batch in a smaller bucket: that bucket's costs (timed in one
+        pass where the table lacks them), the same acceptance estimates; a router's (``RoutedWidthPolicy``) keeps its
+        call's state (the votes' plain streaks, the call's opening), each drafter's policy made anew."""
+        def narrower(proposer, old: WidthPolicy, width: int, **kwargs) -> WidthPolicy:
+            return self._drafter_policy(proposer, width, session, show, lambda fresh, kept=old.acceptance: kept,
+                                        quick=True, draft_fallback=old.whole_block_draft_seconds, **kwargs)
+
+        if not isinstance(policy, RoutedWidthPolicy):
+            return narrower(self.proposer, policy, self.width)
+        policies = {}
+        for name, proposer in self.proposer.proposers.items():
+            policies[name] = narrower(proposer, policy.policies[name], proposer.block_size, rivals=True,
+                                      borrow=next(iter(policies.values()), None))
+        return policy.with_policies(policies)
 
     def _with_copies(self, policy, costs, session: DecodingSession, show, copying: bool):
         """``policy``, or for one prompt that copies a CopyingWidthPolicy over it, whose rounds with a copy at hand

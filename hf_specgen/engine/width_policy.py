@@ -74,6 +74,7 @@ import statistics
 import time
 import weakref
 from collections import deque
+from copy import copy as shallow_copy
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -320,19 +321,21 @@ def measure_verify_costs(run_verify, widths: tuple[int, ...], device: torch.devi
     return best
 
 
-class AcceptanceEstimate:
-    """Discounted per-slot acceptance: slot k (1-based draft position) was reached ``reached[k]`` times and accepted
-    ``accepted[k]`` times (older rounds weigh ACCEPTANCE_DECAY less per round)."""
+class ProbeSchedule:
+    """The schedules an acceptance estimate (either kind) keeps beside its evidence: its probes' and, under WhiFlash,
+    its drafter's exploring rounds'. Its carried copy for the next call keeps them as they were (``carry_schedule``),
+    so a drafter whose probes keep failing on this target is not re-probed from scratch every call."""
 
-    def __init__(self, max_width: int):
-        self.reached = [0.0] * max_width
-        self.accepted = [0.0] * max_width
-        # plain rounds before the next probe; carried into the next call, so a drafter whose probes keep failing
-        # on this target is not re-probed from scratch every call
-        self.probe_after = FIRST_PROBE_AFTER
-        self.sure_after = FIRST_SURE_RUN  # sure plain steps in a row that call a probe (SURE_PROBABILITY); carried
+    # carried as they are, with the widest round the evidence holds
+    CARRIED = ("probe_after", "sure_after", "explore_after", "rounds_without", "explore_width", "opening_every",
+               "calls_since_opening", "opening_explore_every", "calls_since_opening_explore", "probes_failing",
+               "widest")
+
+    def start_schedule(self) -> None:
+        self.probe_after = FIRST_PROBE_AFTER  # plain rounds before the next probe
+        self.sure_after = FIRST_SURE_RUN  # sure plain steps in a row that call a probe (SURE_PROBABILITY)
         # WhiFlash: the other drafter's rounds before it next drafts once where this estimate's drafter is not the
-        # preferred one (RoutedWidthPolicy); carried likewise
+        # preferred one (RoutedWidthPolicy)
         self.explore_after = OTHER_DRAFTER_EVERY
         # WhiFlash: the drafting rounds under this estimate's vote since its drafter last drafted there; carried, so
         # that calls shorter than explore_after rounds still add up to an exploring round (counted per call, none
@@ -340,16 +343,29 @@ class AcceptanceEstimate:
         # nothing was rated below EAGLE-3 and never drafted again, and math ran at 1.6x stock, not 3.4x)
         self.rounds_without = 0
         # WhiFlash: the width of this drafter's exploring round at the vote's next round, where its last one beat the
-        # preferred drafter's expected rate (0: none due, and exploring rounds draft at WidthPolicy.exploring_width);
-        # carried likewise
+        # preferred drafter's expected rate (0: none due, and exploring rounds draft at WidthPolicy.exploring_width)
         self.explore_width = 0
-        # calls between opening probes where probes are dear, and the calls since the last one (carried likewise)
+        # calls between opening probes where probes are dear, and the calls since the last one
         self.opening_every, self.calls_since_opening = 1, 0
         # WhiFlash: calls between the drafter's opening exploring rounds under this estimate's vote, and the calls
-        # since the last one (RoutedWidthPolicy; carried likewise)
+        # since the last one (RoutedWidthPolicy)
         self.opening_explore_every, self.calls_since_opening_explore = 1, 0
-        # the share of recent probes (or runs of follow-ups) that failed (carried likewise; see PROBES_FAILING)
+        # the share of recent probes (or runs of follow-ups) that failed (see PROBES_FAILING)
         self.probes_failing = PROBES_FAILING
+
+    def carry_schedule(self, copy: "ProbeSchedule") -> None:
+        for name in self.CARRIED:
+            setattr(copy, name, getattr(self, name))
+
+
+class AcceptanceEstimate(ProbeSchedule):
+    """Discounted per-slot acceptance: slot k (1-based draft position) was reached ``reached[k]`` times and accepted
+    ``accepted[k]`` times (older rounds weigh ACCEPTANCE_DECAY less per round)."""
+
+    def __init__(self, max_width: int):
+        self.reached = [0.0] * max_width
+        self.accepted = [0.0] * max_width
+        self.start_schedule()
         # the widest round the evidence holds: slots past it were never verified, and their rate is only the prior
         # chained from the slots before them, so the policy widens at most twice past it per round
         self.widest = 0
@@ -457,22 +473,11 @@ class AcceptanceEstimate:
         scale = min(1.0, CARRIED_WEIGHT / max(self.reached[1], 1e-9))
         copy.reached = [r * scale for r in self.reached]
         copy.accepted = [a * scale for a in self.accepted]
-        _carry_probe_schedule(self, copy)
+        self.carry_schedule(copy)
         return copy
 
 
-def _carry_probe_schedule(estimate, copy) -> None:
-    """What an estimate's carried copy keeps as it was (either kind of estimate): the probe schedule reached (plain
-    rounds before the next probe, calls between opening probes) and the widest round the evidence holds."""
-    copy.probe_after, copy.widest, copy.sure_after = estimate.probe_after, estimate.widest, estimate.sure_after
-    copy.explore_after, copy.probes_failing = estimate.explore_after, estimate.probes_failing
-    copy.rounds_without, copy.explore_width = estimate.rounds_without, estimate.explore_width
-    copy.opening_every, copy.calls_since_opening = estimate.opening_every, estimate.calls_since_opening
-    copy.opening_explore_every = estimate.opening_explore_every
-    copy.calls_since_opening_explore = estimate.calls_since_opening_explore
-
-
-class TreeAcceptanceEstimate:
+class TreeAcceptanceEstimate(ProbeSchedule):
     """A draft tree's expected accepted drafts at each budget of n nodes (the tree of the drafter's best n - 1
     candidates), from the rounds run.
 
@@ -490,12 +495,7 @@ class TreeAcceptanceEstimate:
         self.budgets = tuple(w for w in widths if w > 1)
         self.depth = depth
         self.forget()
-        self.probe_after = FIRST_PROBE_AFTER
-        self.sure_after = FIRST_SURE_RUN
-        self.explore_after, self.rounds_without, self.explore_width = OTHER_DRAFTER_EVERY, 0, 0
-        self.opening_every, self.calls_since_opening = 1, 0  # see AcceptanceEstimate
-        self.opening_explore_every, self.calls_since_opening_explore = 1, 0
-        self.probes_failing = PROBES_FAILING
+        self.start_schedule()
 
     @property
     def shape(self) -> tuple:
@@ -538,7 +538,7 @@ class TreeAcceptanceEstimate:
         scale = min(1.0, TREE_CARRIED_WEIGHT / max(self.reached[self.budgets[0]], 1e-9))
         copy.gains = {n: g * scale for n, g in self.gains.items()}
         copy.reached = {n: r * scale for n, r in self.reached.items()}
-        _carry_probe_schedule(self, copy)
+        self.carry_schedule(copy)
         return copy
 
 
@@ -1088,8 +1088,7 @@ class PolicyOfPolicies:
             part.set_unread(rows)
 
     def set_rows(self, row_ids: list[int], tokens_left: list[int], rows_leave: bool) -> None:
-        """Not used: these policies rate the mean row (a router's rounds keep the whole batch; prompt lookup's
-        copies run in batches only where asked)."""
+        """Not used by the copying policy, which runs for one prompt only (a router's overrides it)."""
 
 
 class RoutedWidthPolicy(PolicyOfPolicies):
@@ -1140,25 +1139,12 @@ class RoutedWidthPolicy(PolicyOfPolicies):
         self.vote = vote  # () -> the router's vote this round
         self.use_drafter = use_drafter  # (drafter) -> None: the round's proposal comes from that drafter
         self.fixed = fixed
-        # plain steps are the target's own forward whichever drafter's policy chose them: one clock, and one record
-        # of the rounds that drafted a whole block (timing) or re-fed a recurrent target
-        plain_clock = deque(maxlen=CLOCKED_ROUNDS)
+        # the records of the call's rounds that every drafter's policy shares (_share_records)
         self.whole_block_rounds: set[int] = set()
         self.refed_rounds: set[int] = set()
         self.drafted_rows: dict[int, int] = {}  # (EAGLE-3's rounds that stopped unsure: WidthPolicy.drafted_rows)
         self.read_rows: dict[int, int] = {}  # (WidthPolicy.read_rows: WhiFlash's drafters read no tokens)
-        for policy in policies.values():
-            # no follow-up probes (WidthPolicy.follow_up_width): here the other drafter's estimate is the rival, and a
-            # chain's short probes pass easily. Following up at the drafter's next turn, the tiny world's math
-            # (fp32, AVX2 kernels) read 1.29x stock, tau 2.72, where the bench before read 2.39x, 6.73; following up
-            # at once (the next round theirs), math tau went from 7.04 to 4.06 in bf16 (EAGLE-3's follow-ups took
-            # rounds DFlash's blocks would have drafted)
-            policy.follows_up = False
-            policy.clocked[1] = plain_clock
-            policy.whole_block_rounds, policy.refed_rounds = self.whole_block_rounds, self.refed_rounds
-            policy.drafted_rows = self.drafted_rows
-            policy.read_rows = self.read_rows
-        self.current = next(iter(policies.values()))
+        self._share_records()
         self.round_drafters: list[str | None] = []  # per round: the drafter whose policy chose it (None: none did)
         self._round = None  # the prepared round's (vote, context)
         self.last_prober: str | None = None  # the drafter whose policy ran the call's last probe (_drafter_for)
@@ -1177,9 +1163,38 @@ class RoutedWidthPolicy(PolicyOfPolicies):
         # the drafter not preferred drafts once (_drafter_for); its outcome sets that drafter's next gap (observe)
         self.opening_explored = False  # whether that round is the call's opening one
 
+    def _share_records(self) -> None:
+        """Plain steps are the target's own forward whichever drafter's policy chose them: the drafters' policies
+        share one clock of them, and the call's records of the rounds that drafted a whole block (timing), re-fed a
+        recurrent target, stopped unsure or read rows."""
+        plain_clock = deque(maxlen=CLOCKED_ROUNDS)
+        for policy in self.policies.values():
+            # no follow-up probes (WidthPolicy.follow_up_width): here the other drafter's estimate is the rival, and a
+            # chain's short probes pass easily. Following up at the drafter's next turn, the tiny world's math
+            # (fp32, AVX2 kernels) read 1.29x stock, tau 2.72, where the bench before read 2.39x, 6.73; following up
+            # at once (the next round theirs), math tau went from 7.04 to 4.06 in bf16 (EAGLE-3's follow-ups took
+            # rounds DFlash's blocks would have drafted)
+            policy.follows_up = False
+            policy.clocked[1] = plain_clock
+            policy.whole_block_rounds, policy.refed_rounds = self.whole_block_rounds, self.refed_rounds
+            policy.drafted_rows = self.drafted_rows
+            policy.read_rows = self.read_rows
+        self.current = next(iter(self.policies.values()))
+
+    def with_policies(self, policies: dict[str, WidthPolicy]) -> "RoutedWidthPolicy":
+        """This call's policy with each drafter's policy replaced (a batch whose dropped rows put it in a smaller
+        bucket: that bucket's costs): the call's state goes on (its rounds' drafters, the call's opening, the votes'
+        plain streaks and the one in progress), so the new policies' rounds count as this call's."""
+        narrower = shallow_copy(self)
+        narrower.policies = policies
+        narrower._share_records()
+        for name, policy in policies.items():
+            policy.plain_streak = self.policies[name].plain_streak
+        return narrower
+
     def set_rows(self, row_ids: list[int], tokens_left: list[int], rows_leave: bool) -> None:
         """A batch: each drafter's policy rates the batch until its slowest row is done, as a drafter alone's does
-        (``WidthPolicy.set_rows``; a router's batch keeps its finished rows). Rating the mean row instead, the tiny
+        (``WidthPolicy.set_rows``; its finished rows leave it, as they do a drafter alone's). Rating the mean row instead, the tiny
         world's WhiFlash kept drafting at batch 8 and 16 and ran at 0.85x and 0.95x stock batched generate."""
         for policy in self.policies.values():
             policy.set_rows(row_ids, tokens_left, rows_leave)

@@ -1,9 +1,10 @@
 """trace_bench.py PASSES DTYPE: WhiFlash's default call traced inside `specgen bench --target tiny --threads 1`'s own
-order (every method taking turns on each prompt, the bench's seeded prompts), with the hf_specgen of this file's tree.
-For each of its calls it prints the pass, category, prompt, tokens, rounds, tau and the rounds each drafter (or a plain
-step) ran; for the last two code prompts and the math prompts, every drafting round too: its drafter, width, drafts
-kept, each drafter's expected rate (tokens per second at its best width) under the round's context (the router's
-vote), and for an exploring round its own rate against the leader's. It stops after PASSES passes (no report).
+order (every method taking turns on each prompt, the bench's seeded prompts: the bench's own loop, whose traced
+method's generate calls this wraps), with the hf_specgen of this file's tree. For each of its calls it prints the
+pass, category, prompt, tokens, rounds, tau and the rounds each drafter (or a plain step) ran; for the last two code
+prompts and the math prompts, every drafting round too: its drafter, width, drafts kept, each drafter's expected rate
+(tokens per second at its best width) under the round's context (the router's vote), and for an exploring round its
+own rate against the leader's. It stops once the traced method has run PASSES passes (no report).
 
     MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 \\
         python docs/benchmarks/whiflash_opening_schedule/trace_bench.py 3 fp32
@@ -16,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 import hf_specgen  # noqa: E402
 from hf_specgen.bench import runner  # noqa: E402
+from hf_specgen.bench.harness import run_methods_in_turns  # noqa: E402
 from hf_specgen.cli import main  # noqa: E402
 from hf_specgen.engine import width_policy  # noqa: E402
 
@@ -26,31 +28,34 @@ LOG = {"on": False, "records": None}
 
 
 def traced_turns(target, prompts, methods, repeats, progress=None):
-    """runner.run_methods_in_turns's order (a warm-up of each method, then passes with the methods' turn rotating),
-    printing the traced method's calls."""
-    records = LOG["records"]
-    for _, kwargs, before in methods:
-        if before is not None:
-            before(0)
-        target.generate(prompts[0], **kwargs)
-    for p in range(passes):
-        turn = [(p + k) % len(methods) for k in range(len(methods))]
-        for i, ids in enumerate(prompts):
-            for m in turn:
-                name, kwargs, before = methods[m]
-                if before is not None:
-                    before(i)
-                LOG["on"] = name == TRACED and records[i]["category"] in ("code", "math") and (
-                    records[i]["category"] == "math" or i >= 8)
-                out = target.generate(ids, return_dict_in_generate=True, **kwargs)
-                LOG["on"] = False
-                if name == TRACED:
-                    stats = out.speculative_stats
-                    rounds = len(stats.acceptance_lengths)
-                    print(f"pass {p} {records[i]['category']:5s} #{i:2d} new {stats.new_tokens:3d} rounds {rounds:3d} "
-                          f"tau {stats.new_tokens / max(rounds, 1):.2f} "
-                          f"{dict(collections.Counter(stats.drafter_per_round))}", flush=True)
-    raise SystemExit(0)
+    """The bench's own run_methods_in_turns, with each of the traced method's calls after its warm-up printed (its
+    rounds too, where LOG is on); it stops once the traced method has decoded every prompt PASSES times."""
+    records, traced = LOG["records"], next(kwargs for name, kwargs, _ in methods if name == TRACED)
+    place = {id(ids): i for i, ids in enumerate(prompts)}
+    generate, calls = target.generate, [0]
+
+    def generate_traced(ids, **kwargs):
+        if kwargs.get("assistant_model") is not traced["assistant_model"]:
+            return generate(ids, **kwargs)
+        calls[0] += 1
+        if calls[0] == 1:  # the warm-up
+            return generate(ids, **kwargs)
+        p, i = (calls[0] - 2) // len(prompts), place[id(ids)]
+        category = records[i]["category"]
+        LOG["on"] = category == "math" or (category == "code" and i >= 8)
+        out = generate(ids, **kwargs)
+        LOG["on"] = False
+        stats = out.speculative_stats
+        rounds = len(stats.acceptance_lengths)
+        print(f"pass {p} {category:5s} #{i:2d} new {stats.new_tokens:3d} rounds {rounds:3d} "
+              f"tau {stats.new_tokens / max(rounds, 1):.2f} {dict(collections.Counter(stats.drafter_per_round))}",
+              flush=True)
+        if calls[0] == 1 + passes * len(prompts):
+            raise SystemExit(0)
+        return out
+
+    target.generate = generate_traced
+    return run_methods_in_turns(target, prompts, methods, repeats, progress)
 
 
 _encode = runner.encode_prompts

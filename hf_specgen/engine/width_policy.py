@@ -1194,8 +1194,9 @@ class RoutedWidthPolicy(PolicyOfPolicies):
 
     def set_rows(self, row_ids: list[int], tokens_left: list[int], rows_leave: bool) -> None:
         """A batch: each drafter's policy rates the batch until its slowest row is done, as a drafter alone's does
-        (``WidthPolicy.set_rows``; its finished rows leave it, as they do a drafter alone's). Rating the mean row instead, the tiny
-        world's WhiFlash kept drafting at batch 8 and 16 and ran at 0.85x and 0.95x stock batched generate."""
+        (``WidthPolicy.set_rows``; its finished rows leave it, as they do a drafter alone's). Rating the mean row
+        instead, the tiny world's WhiFlash kept drafting at batch 8 and 16 and ran at 0.85x and 0.95x stock batched
+        generate."""
         for policy in self.policies.values():
             policy.set_rows(row_ids, tokens_left, rows_leave)
 

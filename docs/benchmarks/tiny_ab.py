@@ -176,3 +176,19 @@ def run_on_the_real_target(dtype: torch.dtype, passes: int, variants: dict, use,
                                      f"({statistics.median(taus[(n, c)]):.2f})" for n in names), flush=True)
     total = {n: sum(statistics.median(per_token[(n, c)]) for c in REAL_CATEGORIES) for n in names}
     print("all", "  ".join(f"{n} {total[names[0]] / total[n]:.3f}" for n in names))
+
+
+def run_whiflash_case(case: str, dtype: torch.dtype, n: int, variants: tuple, use) -> None:
+    """The cases of the WhiFlash A/B scripts (whiflash_new_text/ab.py, whiflash_shadow/ab.py), each ``variants``
+    patched in by ``use(name)``: ``real``, the real target's default calls beside EAGLE-3's alone
+    (``run_on_the_real_target``, ``n`` passes); ``stale``, the case made on purpose (``run_with_stale_dflash``, ``n``
+    runs); ``tiny``, fresh bundles in the bench's order (``run_whiflash_in_bench_order``, ``n`` runs)."""
+    if case == "real":
+        run_on_the_real_target(dtype, n, {"eagle3": ("eagle3", "smollm2-135m-instruct-eagle3"),
+                                          **{name: ("whiflash", "smollm2-135m-instruct-whiflash") for name in variants}},
+                               use)
+    elif case == "stale":
+        target, prompts = tiny_world(dtype)
+        run_with_stale_dflash(target, prompts, variants, use, n)
+    else:
+        run_whiflash_in_bench_order(dtype, variants, use, n)

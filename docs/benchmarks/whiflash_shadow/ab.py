@@ -23,8 +23,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "docs" / "benchmarks"))
 import hf_specgen  # noqa: E402
 from hf_specgen.engine import width_policy  # noqa: E402
-from tiny_ab import (run_on_the_real_target, run_whiflash_in_bench_order, run_with_stale_dflash,  # noqa: E402
-                     tiny_world)
+from tiny_ab import run_whiflash_case  # noqa: E402
 
 assert Path(hf_specgen.__file__).resolve().is_relative_to(ROOT), "hf_specgen must come from this tree"
 Routed = width_policy.RoutedWidthPolicy
@@ -46,13 +45,4 @@ def use(name: str) -> None:
 Routed.observe_shadow = observe_shadow
 atexit.register(lambda: print(f"shadow blocks drafted {COUNTS['drafted']}, matched their round's commit "
                               f"{COUNTS['matched']}"))
-case, dtype, n = sys.argv[1], getattr(torch, sys.argv[2]), int(sys.argv[3])
-if case == "real":
-    run_on_the_real_target(dtype, n, {"eagle3": ("eagle3", "smollm2-135m-instruct-eagle3"),
-                                      **{name: ("whiflash", "smollm2-135m-instruct-whiflash") for name in VARIANTS}},
-                           use)
-elif case == "stale":
-    target, prompts = tiny_world(dtype)
-    run_with_stale_dflash(target, prompts, VARIANTS, use, n)
-else:
-    run_whiflash_in_bench_order(dtype, VARIANTS, use, n)
+run_whiflash_case(sys.argv[1], getattr(torch, sys.argv[2]), int(sys.argv[3]), VARIANTS, use)

@@ -184,9 +184,8 @@ def run_whiflash_case(case: str, dtype: torch.dtype, n: int, variants: tuple, us
     (``run_on_the_real_target``, ``n`` passes); ``stale``, the case made on purpose (``run_with_stale_dflash``, ``n``
     runs); ``tiny``, fresh bundles in the bench's order (``run_whiflash_in_bench_order``, ``n`` runs)."""
     if case == "real":
-        run_on_the_real_target(dtype, n, {"eagle3": ("eagle3", "smollm2-135m-instruct-eagle3"),
-                                          **{name: ("whiflash", "smollm2-135m-instruct-whiflash") for name in variants}},
-                               use)
+        whiflash = {name: ("whiflash", "smollm2-135m-instruct-whiflash") for name in variants}
+        run_on_the_real_target(dtype, n, {"eagle3": ("eagle3", "smollm2-135m-instruct-eagle3"), **whiflash}, use)
     elif case == "stale":
         target, prompts = tiny_world(dtype)
         run_with_stale_dflash(target, prompts, variants, use, n)

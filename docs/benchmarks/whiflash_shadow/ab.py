@@ -2,7 +2,8 @@
 docs/benchmarks/whiflash_shadow/shadow.patch``; tried on 2026-11-30, a seventh session, and not kept): "shadow", at a
 call's opening round where its exploring round is not due, DFlash drafts a block beside EAGLE-3's chain, unverified,
 and where the block matched all the round committed the next round explores with DFlash; beside "no shadow" (that
-block never drafted: the engine without the patch), in one process. The cases are those of docs/benchmarks/whiflash_new_text/ab.py (tiny_ab.py's loops):
+block never drafted: the engine without the patch), in one process. The cases are those of
+docs/benchmarks/whiflash_new_text/ab.py (tiny_ab.py's run_whiflash_case):
 
 - ``stale``: N runs of the case made on purpose: code, DFlash's carried evidence set bad, then math.
 - ``tiny``: N runs, each with fresh bundles, in the bench's order: speed over stock generate per category, and tau.

@@ -1,4 +1,4 @@
-"""Stock `generate`, the engine's plain steps and the default DFlash / EAGLE-3 calls on one batch of the batch
+"""Stock `generate`, the engine's plain steps and the default DFlash / EAGLE-3 / WhiFlash calls on one batch of the batch
 benchmark's prompts (HumanEval, GSM8K, MT-Bench, QA; `specgen bench --batch-sizes`'s set), in turns, medians of 3,
 with each default call's round widths, batch sizes and per-row acceptance (docs/width-policy.md, "The prefill
 attended the first block's slots"). The CPU's default dtype (``hf_specgen.auto_dtype()``: bf16 with bf16 units,
@@ -37,6 +37,7 @@ def main() -> None:
     target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval())
     dflash = hf_specgen.load_drafter("hub_models/smollm2-135m-instruct-dflash-b16", dtype=dtype)
     eagle3 = hf_specgen.load_drafter("hub_models/smollm2-135m-instruct-eagle3", dtype=dtype)
+    whiflash = hf_specgen.load_drafter("hub_models/smollm2-135m-instruct-whiflash", dtype=dtype)
     prompt_sets = ["specbench", "humaneval"] if "--bench-order" in sys.argv else ["humaneval", "specbench"]
     records = [r for r in pick_prompts(prompt_sets, 4) if r.get("category") in CATEGORIES]
     chats = [tokenizer.apply_chat_template([{"role": "user", "content": r["prompt"]}], tokenize=False,
@@ -49,6 +50,7 @@ def main() -> None:
         "engine, plain steps": lambda: target.generate(**common, speculative_mode="autoregressive"),
         "dflash": lambda: target.generate(**common, assistant_model=dflash, speculative_mode="dflash"),
         "eagle3": lambda: target.generate(**common, assistant_model=eagle3, speculative_mode="eagle3"),
+        "whiflash": lambda: target.generate(**common, assistant_model=whiflash, speculative_mode="whiflash"),
     }
     if "--engine-first" in sys.argv:
         calls = {"engine, plain steps": calls.pop("engine, plain steps"), **calls}
@@ -59,7 +61,7 @@ def main() -> None:
     for name, times in seconds.items():
         print(f"{name}: {statistics.median(times):.3f} s, {stock / statistics.median(times):.3f}x stock, "
               f"runs {[round(t, 3) for t in times]}")
-    for name in ("dflash", "eagle3"):
+    for name in ("dflash", "eagle3", "whiflash"):
         stats = outputs[name].speculative_stats
         print(f"{name} round widths {stats.round_widths}\n{name} batch sizes {stats.round_batch_sizes}\n"
               f"{name} per-row acceptance {stats.row_acceptance_lengths}")

@@ -54,6 +54,10 @@ def test_the_packed_product_computes_the_librarys_linear(dtype, rows):
     generator = torch.Generator().manual_seed(rows)
     weight = (torch.randn(96, 40, generator=generator) / 6).to(dtype)
     b = torch.randn(96, generator=generator).to(dtype)
+    if not narrow_rows.packs_on_this_cpu(dtype):  # bf16 on an AVX2-only CPU: torch packs none, so neither do we
+        linear = torch.nn.Linear(40, 96, dtype=dtype)
+        assert not pack_linears([linear], dtype) and not narrow_rows._is_fresh(linear)
+        return
     packed = pack_weight(weight)
     tolerance = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
     for x in (torch.randn(rows, 40, generator=generator), torch.randn(2, rows, 40, generator=generator)):
@@ -69,8 +73,17 @@ def test_a_model_forward_under_the_routes_routes_its_linears_and_gives_the_same_
     target = make_target("llama", seed=2, dtype=dtype)
     linears = routable_linears(target)
     assert len(linears) == 7 * target.config.num_hidden_layers + 1  # q, k, v, o, gate, up, down; the lm_head
+    kinds = kinds_for(torch.device("cpu"), dtype, compiled=False)
+    if not narrow_rows.packs_on_this_cpu(dtype):  # bf16 on an AVX2-only CPU: nothing packed, the library's way
+        assert not pack_linears(linears, dtype) and not any(narrow_rows._is_fresh(m) for m in linears)
+        routes, ids, before = RoutedLinears(linears, kinds), torch.tensor([[5, 9, 17]]), RoutedLinears.calls
+        with torch.no_grad(), routes:
+            routed = target(ids).logits
+        with torch.no_grad():
+            assert torch.equal(routed, target(ids).logits) and RoutedLinears.calls == before
+        return
     assert pack_linears(linears, dtype)
-    routes = RoutedLinears(linears, kinds_for(torch.device("cpu"), dtype, compiled=False))
+    routes = RoutedLinears(linears, kinds)
     tolerance = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
     for ids in (torch.tensor([[5, 9, 17]]), torch.tensor([[5]])):  # a verify of 3 rows, a plain step
         before = RoutedLinears.calls
@@ -200,8 +213,12 @@ def test_the_engine_times_each_kind_once_per_device_and_leaves_it_off_where_it_d
     target16 = make_target("llama", seed=5, dtype=torch.bfloat16)
     target16.generate(prompt, assistant_model=make_dflash(target16, block_size=8), speculative_mode="dflash",
                       max_new_tokens=8)
-    assert costs_of(target16).narrow_rows == {("cpu", PACKED_BF16.name): True}
-    assert all(narrow_rows._is_fresh(m) for m in routable_linears(target16))
+    if narrow_rows.packs_on_this_cpu(torch.bfloat16):
+        assert costs_of(target16).narrow_rows == {("cpu", PACKED_BF16.name): True}
+        assert all(narrow_rows._is_fresh(m) for m in routable_linears(target16))
+    else:  # an AVX2-only CPU: torch packs no bf16 weights, so the kind is neither timed nor taken
+        assert costs_of(target16).narrow_rows == {}
+        assert not any(narrow_rows._is_fresh(m) for m in routable_linears(target16))
 
 
 def test_calls_time_only_the_kinds_of_forward_they_can_run(monkeypatch):

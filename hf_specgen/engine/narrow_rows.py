@@ -30,6 +30,7 @@ are kept beside their modules and made again when a weight changes (its storage 
 
 from __future__ import annotations
 
+import functools
 import os
 import weakref
 from dataclasses import dataclass
@@ -104,6 +105,18 @@ def pack_weight(weight: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 1)
 
 
+@functools.cache
+def packs_on_this_cpu(dtype: torch.dtype) -> bool:
+    """Whether this process's torch packs CPU weights of ``dtype`` for oneDNN. bf16 needs AVX512 (BW, VL, DQ) or
+    AVX-NE-CONVERT: on an AVX2-only CPU torch 2.13 refuses it (a RuntimeError), and its bf16 forwards keep the
+    library's way. A torch built without oneDNN's linear ops packs nothing."""
+    try:
+        pack_weight(torch.zeros(8, 8, dtype=dtype))
+    except (RuntimeError, AttributeError, NotImplementedError):
+        return False
+    return True
+
+
 # nn.Linear -> (its weight packed, the weight's data_ptr and version when packed)
 _PACKED: "weakref.WeakKeyDictionary[torch.nn.Module, tuple[torch.Tensor, int, int]]" = weakref.WeakKeyDictionary()
 
@@ -148,6 +161,8 @@ def pack_linears(linears: list[torch.nn.Linear], dtype: torch.dtype) -> bool:
     stale = [m for m in linears if m.weight.dtype == dtype and not _is_fresh(m)]
     if not stale:
         return True
+    if not packs_on_this_cpu(dtype):
+        return False
     available = _available_memory()
     needed = sum(m.weight.numel() * m.weight.element_size() for m in stale)
     if available is None or needed > PACK_MEMORY_SHARE * available:
@@ -155,7 +170,8 @@ def pack_linears(linears: list[torch.nn.Linear], dtype: torch.dtype) -> bool:
     try:
         for module in stale:
             _PACKED[module] = (pack_weight(module.weight), module.weight.data_ptr(), module.weight._version)
-    except (RuntimeError, AttributeError, NotImplementedError):  # a torch without oneDNN's linear ops
+    except (RuntimeError, AttributeError, NotImplementedError):  # a weight oneDNN cannot take: none packed
+        drop_packed(stale)
         return False
     return True
 

@@ -1,5 +1,5 @@
-"""Stock `generate`, the engine's plain steps and the default DFlash / EAGLE-3 / WhiFlash calls on one batch of the batch
-benchmark's prompts (HumanEval, GSM8K, MT-Bench, QA; `specgen bench --batch-sizes`'s set), in turns, medians of 3,
+"""Stock `generate`, the engine's plain steps and the default DFlash / EAGLE-3 / WhiFlash calls on one batch of the
+batch benchmark's prompts (HumanEval, GSM8K, MT-Bench, QA; `specgen bench --batch-sizes`'s set), in turns, medians of 3,
 with each default call's round widths, batch sizes and per-row acceptance (docs/width-policy.md, "The prefill
 attended the first block's slots"). The CPU's default dtype (``hf_specgen.auto_dtype()``: bf16 with bf16 units,
 fp32 on an AVX2-only CPU), one thread; --prof adds cProfile of the plain and DFlash calls;

@@ -51,13 +51,13 @@ def test_one_row_runs_over_the_weights_halves_and_falls_back_where_they_are_no_v
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("rows", [1, 2, 3, 5, 16, 33])
 def test_the_packed_product_computes_the_librarys_linear(dtype, rows):
-    generator = torch.Generator().manual_seed(rows)
-    weight = (torch.randn(96, 40, generator=generator) / 6).to(dtype)
-    b = torch.randn(96, generator=generator).to(dtype)
     if not narrow_rows.packs_on_this_cpu(dtype):  # bf16 on an AVX2-only CPU: torch packs none, so neither do we
         linear = torch.nn.Linear(40, 96, dtype=dtype)
         assert not pack_linears([linear], dtype) and not narrow_rows._is_fresh(linear)
         return
+    generator = torch.Generator().manual_seed(rows)
+    weight = (torch.randn(96, 40, generator=generator) / 6).to(dtype)
+    b = torch.randn(96, generator=generator).to(dtype)
     packed = pack_weight(weight)
     tolerance = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
     for x in (torch.randn(rows, 40, generator=generator), torch.randn(2, rows, 40, generator=generator)):
@@ -219,6 +219,22 @@ def test_the_engine_times_each_kind_once_per_device_and_leaves_it_off_where_it_d
     else:  # an AVX2-only CPU: torch packs no bf16 weights, so the kind is neither timed nor taken
         assert costs_of(target16).narrow_rows == {}
         assert not any(narrow_rows._is_fresh(m) for m in routable_linears(target16))
+
+
+def test_where_torch_cannot_pack_a_dtype_a_call_packs_nothing_and_keeps_stock_tokens(monkeypatch):
+    # what every CPU without AVX512 or AVX-NE-CONVERT does for bf16 (torch refuses to pack it), here for fp32
+    monkeypatch.setattr(narrow_rows, "packs_on_this_cpu", lambda dtype: False)
+    monkeypatch.setattr(loop, "route_pays", lambda *args: True)
+    target = make_target("llama", seed=7)
+    linears = routable_linears(target)
+    assert not pack_linears(linears, torch.float32)
+    prompt = torch.tensor([[7, 3, 11, 29, 5, 8, 40, 2, 19]])
+    reference = target.generate(prompt, max_new_tokens=16, do_sample=False)
+    out = target.generate(prompt, assistant_model=make_dflash(target, block_size=8), speculative_mode="dflash",
+                          max_new_tokens=16)
+    assert out.tolist() == reference.tolist()
+    assert costs_of(target).narrow_rows == {("cpu", ONE_ROW.name): True}  # the packed kind neither timed nor taken
+    assert not any(narrow_rows._is_fresh(m) for m in linears)
 
 
 def test_calls_time_only_the_kinds_of_forward_they_can_run(monkeypatch):

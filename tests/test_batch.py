@@ -475,7 +475,10 @@ def test_the_prefills_forward_cost_is_measured_once_and_saved_with_the_costs(tmp
     from hf_specgen.engine.width_policy import costs_of
 
     ids, mask = padded_batch(random.Random(4), [20, 3, 9])
-    target = make_target("llama", seed=2)
+    # wide enough that a forward of 68 tokens costs clearly more than one of 4 (on the tests' 64-wide targets both are
+    # mostly per-call overhead, and a loaded CPU once timed them the other way round)
+    wide = dict(hidden_size=512, intermediate_size=2048, head_dim=64)
+    target = make_target("llama", seed=2, **wide)
     target.generate(ids[:1], speculative_mode="autoregressive", max_new_tokens=1)  # (the engine probe's forwards)
     probes = [(1, 4)] * 3 + [(1, 68)] * 3
     with _Forwards(target) as forwards:
@@ -486,7 +489,7 @@ def test_the_prefills_forward_cost_is_measured_once_and_saved_with_the_costs(tmp
     saved = costs_of(target).to_dict()["cpu|float32|prefill"]["verify"]
     assert set(saved) == {"4", "68"} and 0 < saved["4"] < saved["68"]
     hf_specgen.save_costs(target, tmp_path / "costs.json")
-    fresh = make_target("llama", seed=2)
+    fresh = make_target("llama", seed=2, **wide)
     fresh.generate(ids[:1], speculative_mode="autoregressive", max_new_tokens=1)
     hf_specgen.load_costs(fresh, tmp_path / "costs.json")
     with _Forwards(fresh) as forwards:

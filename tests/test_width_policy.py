@@ -668,6 +668,53 @@ def test_a_probe_pays_for_its_drafters_read_of_the_rows_it_has_not_seen():
     assert policy.acceptance.carried().probes_failing == policy.acceptance.probes_failing  # carried to the next call
 
 
+@pytest.mark.parametrize("mode", ["dflash", "eagle3", "whiflash"])
+def test_a_probe_of_a_drafter_on_the_targets_features_is_charged_its_read_of_the_rows_it_has_not_seen(
+        mode, monkeypatch):
+    """DFlash and EAGLE-3 run over the target's features at every committed row their own drafted verifies did not
+    hand them (the prompt's, plain steps') when they next draft, as a draft LM reads its unseen rows: the loop counts
+    those rows for the drafting round that reads them (PendingContextRows.unread_rows; WhiFlash's: the shorter of
+    its drafters' backlogs), and the policy learns the read's seconds per row from such rounds (CostTable.read),
+    which a probe after plain steps is then charged (test_a_probe_pays_for_its_drafters_read_of_the_rows_it_has_not_seen).
+    A round after a drafted one reads nothing unseen."""
+    from test_eagle3 import make_eagle3
+
+    target = make_target("llama", seed=4)
+    drafters = {"dflash": lambda: make_dflash(target, block_size=8), "eagle3": lambda: make_eagle3(target),
+                "whiflash": lambda: hf_specgen.WhiFlash(ar=make_eagle3(target, draft_vocab=128),
+                                                        parallel=make_dflash(target, block_size=8))}
+    rounds, read = [], {}
+
+    def choose(self, copying=False):  # rounds 0-3 and 8-10 plain, the others the widest
+        rounds.append(self)
+        return 1 if len(rounds) <= 4 or 9 <= len(rounds) <= 11 else self.widths[-1]
+
+    learn_costs = WidthPolicy.learn_costs
+
+    def learning(self, *args, **kwargs):
+        read.update(self.read_rows)
+        learn_costs(self, *args, **kwargs)
+
+    monkeypatch.setattr(WidthPolicy, "choose", choose)
+    monkeypatch.setattr(WidthPolicy, "learn_costs", learning)
+    # WhiFlash: EAGLE-3 drafts rounds 4-7, DFlash from round 11 (its backlog: the prompt, 4 plain steps, EAGLE-3's
+    # 4 verifies of up to 8 rows, 3 plain steps)
+    monkeypatch.setattr(width_policy.RoutedWidthPolicy, "_drafter_for",
+                        lambda self, vote, context: ("eagle3" if len(rounds) < 8 else "dflash", False))
+    lengths = [6, 13, 2]  # left-padded to 13 prompt rows
+    out = _exact_on_padded_batch(target, random.Random(2), lengths, 30, assistant_model=drafters[mode](),
+                                 speculative_mode=mode, prompt_lookup=False)
+    widths = out.speculative_stats.round_widths
+    assert widths[:4] == [1] * 4 and widths[8:11] == [1] * 3
+    # the first drafting round reads the prompt and 4 plain steps' rows; the one after the second run of plain steps
+    # their 3 rows (EAGLE-3 keeps its last committed row pending too, for its next draft's seed; a chain that stopped
+    # unsure at its first draft verifies one row, yet drafted)
+    assert read[4] == 13 + 4 and set(read) == {4, 11}
+    assert read[11] == {"dflash": 3, "eagle3": 4}.get(mode, 13 + 4 + sum(widths[4:8]) + 3)
+    # round 4, the first after a round, drafted the whole block (timed) and read 17 rows: the read is learned
+    assert any(table.read is not None for table in width_policy.costs_of(target).tables.values())
+
+
 def _call_after_failing_drafts():
     """A second call (a new policy over the carried estimate) of a drafter whose drafts all failed in the first."""
     costs = CostTable({1: 1.0, 2: 1.05, 4: 1.1, 8: 1.3}, draft=0.2)

@@ -182,6 +182,14 @@ class WhiFlashProposer:
         self.forward_calls += proposer.forward_calls - calls
         return draft
 
+    @property
+    def unread_rows(self) -> dict[str, int]:
+        """Per drafter, the rows its next drafting round reads first: its own unread pending rows (the prompt's,
+        plain steps': PendingContextRows.unread_rows) and its backlog of the rounds it sat out. The width policy
+        charges each drafter's probe its own (RoutedWidthPolicy.set_unread)."""
+        return {name: proposer.unread_rows + sum(rows.shape[1] for rows, _ in self.unseen[name])
+                for name, proposer in self.proposers.items()}
+
     def round_records(self) -> dict[str, list]:
         """Per-round records for the call's statistics."""
         return {"drafter_per_round": self.drafter_per_round, "backlog_sizes": self.backlog_sizes}

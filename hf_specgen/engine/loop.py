@@ -524,8 +524,8 @@ class SpeculativeDecoder:
                                          for b in active_rows], drops_rows)
                     # whether every row has a copy at hand is known from the last read: the policy may keep such
                     # rounds apart (CopyingWidthPolicy, RoutedWidthPolicy)
-                    # the rows the drafter reads before it drafts again (a draft LM: the prompt, plain steps' rows):
-                    # a probe after plain steps costs that read too
+                    # the rows the drafter reads before it drafts again (the prompt's, plain steps'): a probe after
+                    # plain steps costs that read too
                     unread = getattr(self.proposer, "unread_rows", 0)
                     if policy is not None:
                         policy.set_unread(unread)
@@ -562,8 +562,8 @@ class SpeculativeDecoder:
                                      if round_width is not None and takes_width else self.proposer.propose())
                         if timing:
                             policy.timed_draft(self._synced_time() - draft_started)
-                        if policy is not None and unread:  # this round's drafting clock holds that read
-                            policy.read_rows[len(stats.round_widths)] = unread
+                        if policy is not None:  # this round's drafting clock holds that read
+                            policy.note_read(len(stats.round_widths))
                         confidences = self.proposer.confidences if unsure else None  # None: a DFlash round's
                         if confidences is not None:
                             spent = time.perf_counter() - decode_started

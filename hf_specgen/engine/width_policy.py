@@ -149,8 +149,10 @@ PROBE_BACKOFF_OVERHEAD = 1 / 96
 # no median), taken once it has MIN_CLOCKED_ROUNDS of them.
 CLOCKED_ROUNDS, MIN_CLOCKED_ROUNDS = 8, 3
 # A drafter that reads the committed rows it has not seen before it drafts (a draft LM: the prompt, then the rows
-# of plain steps, in one forward of the whole model over every batch row) makes a probe after plain steps cost that
-# read too: on the tiny world's batch of 16 in bf16, a probe's round took 116 ms where a plain step took 7. The read's
+# of plain steps, in one forward of the whole model over every batch row; DFlash and EAGLE-3: the target's features
+# at those rows, PendingContextRows.unread_rows) makes a probe after plain steps cost that read too: on the tiny
+# world's batch of 16 in bf16, a draft LM's probe took 116 ms where a plain step took 7, and on the real target's
+# batch of 16 after 245-token prompts (fp32, AVX2) a DFlash probe 0.77 s where a plain step took 0.23 s. The read's
 # seconds per row are learned from drafting rounds that read at least this many rows (CostTable.read). Where a
 # probe passes, drafting needed that read anyway: a probe is charged the read at the share of recent probes that
 # failed (PROBES_FAILING: its start, and the weight of each probe's outcome). The tiny world's batch of 4 in fp32
@@ -954,9 +956,15 @@ class WidthPolicy:
         estimate = self.acceptance
         estimate.probes_failing += PROBE_OUTCOME_WEIGHT * ((not passed) - estimate.probes_failing)
 
-    def set_unread(self, rows: int) -> None:
-        """The committed rows the drafter reads before it next drafts (the loop's, each round)."""
-        self.unread_rows = rows
+    def set_unread(self, rows: int | dict[str, int]) -> None:
+        """The committed rows the drafter reads before it next drafts (the loop's, each round); per drafter where a
+        router picks the drafter itself (WhiFlash's trees, under one policy): the fewer, the read at least made."""
+        self.unread_rows = rows if isinstance(rows, int) else min(rows.values())
+
+    def note_read(self, round_index: int) -> None:
+        """Round ``round_index`` drafted: its drafting clock holds the read of the rows set by ``set_unread``."""
+        if self.unread_rows:
+            self.read_rows[round_index] = self.unread_rows
 
     def probe_width(self) -> int:
         """The widest drafting width whose round costs at most PROBE_COST plain steps, or, where even the narrowest
@@ -1083,9 +1091,14 @@ class PolicyOfPolicies:
         for part in self.parts():
             part.observe_sure(sure)
 
-    def set_unread(self, rows: int) -> None:
+    def set_unread(self, rows: int | dict[str, int]) -> None:
+        """``rows``: the count, or a router's per drafter (RoutedWidthPolicy); a copy's rounds read nothing."""
         for part in self.parts():
-            part.set_unread(rows)
+            if part.drafts:
+                part.set_unread(rows)
+
+    def note_read(self, round_index: int) -> None:
+        self.current.note_read(round_index)
 
     def set_rows(self, row_ids: list[int], tokens_left: list[int], rows_leave: bool) -> None:
         """Not used by the copying policy, which runs for one prompt only (a router's overrides it)."""
@@ -1143,7 +1156,7 @@ class RoutedWidthPolicy(PolicyOfPolicies):
         self.whole_block_rounds: set[int] = set()
         self.refed_rounds: set[int] = set()
         self.drafted_rows: dict[int, int] = {}  # (EAGLE-3's rounds that stopped unsure: WidthPolicy.drafted_rows)
-        self.read_rows: dict[int, int] = {}  # (WidthPolicy.read_rows: WhiFlash's drafters read no tokens)
+        self.read_rows: dict[int, int] = {}  # (WidthPolicy.read_rows: the drafting round's drafter's unseen rows)
         self._share_records()
         self.round_drafters: list[str | None] = []  # per round: the drafter whose policy chose it (None: none did)
         self._round = None  # the prepared round's (vote, context)
@@ -1209,6 +1222,15 @@ class RoutedWidthPolicy(PolicyOfPolicies):
 
     def parts(self) -> list:
         return list(self.policies.values())
+
+    @property
+    def drafts(self) -> bool:
+        return True
+
+    def set_unread(self, rows: int | dict[str, int]) -> None:
+        """``rows``: per drafter (WhiFlashProposer.unread_rows: each one's backlog), or one count for all."""
+        for name, policy in self.policies.items():
+            policy.set_unread(rows[name] if isinstance(rows, dict) else rows)
 
     def _drafter_for(self, vote: str, context: str) -> tuple[str, bool]:
         """(the round's drafter, whether it explores: drafts once, at ``WidthPolicy.exploring_width``)."""

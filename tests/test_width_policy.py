@@ -673,8 +673,8 @@ def test_a_probe_of_a_drafter_on_the_targets_features_is_charged_its_read_of_the
         mode, monkeypatch):
     """DFlash and EAGLE-3 run over the target's features at every committed row their own drafted verifies did not
     hand them (the prompt's, plain steps') when they next draft, as a draft LM reads its unseen rows: the loop counts
-    those rows for the drafting round that reads them (PendingContextRows.unread_rows; WhiFlash's: the shorter of
-    its drafters' backlogs), and the policy learns the read's seconds per row from such rounds (CostTable.read),
+    those rows for the drafting round that reads them (PendingContextRows.unread_rows; WhiFlash's: each drafter's
+    own backlog, for that drafter's policy), and the policy learns the read's seconds per row from such rounds (CostTable.read),
     which a probe after plain steps is then charged (test_a_probe_pays_for_its_drafters_read_of_the_rows_it_has_not_seen).
     A round after a drafted one reads nothing unseen."""
     from test_eagle3 import make_eagle3
@@ -711,7 +711,7 @@ def test_a_probe_of_a_drafter_on_the_targets_features_is_charged_its_read_of_the
     # unsure at its first draft verifies one row, yet drafted)
     assert read[4] == 13 + 4 and set(read) == {4, 11}
     assert read[11] == {"dflash": 3, "eagle3": 4}.get(mode, 13 + 4 + sum(widths[4:8]) + 3)
-    # round 4, the first after a round, drafted the whole block (timed) and read 17 rows: the read is learned
+    # round 4, the call's first drafting round, drafted the whole block (timed) and read 17 rows: the read is learned
     assert any(table.read is not None for table in width_policy.costs_of(target).tables.values())
 
 

@@ -1224,7 +1224,7 @@ class RoutedWidthPolicy(PolicyOfPolicies):
         return list(self.policies.values())
 
     @property
-    def drafts(self) -> bool:
+    def drafts(self) -> bool:  # (a CopyingWidthPolicy over this one hands it the unread rows)
         return True
 
     def set_unread(self, rows: int | dict[str, int]) -> None:

@@ -1092,10 +1092,8 @@ class PolicyOfPolicies:
             part.observe_sure(sure)
 
     def set_unread(self, rows: int | dict[str, int]) -> None:
-        """``rows``: the count, or a router's per drafter (RoutedWidthPolicy); a copy's rounds read nothing."""
         for part in self.parts():
-            if part.drafts:
-                part.set_unread(rows)
+            part.set_unread(rows)
 
     def note_read(self, round_index: int) -> None:
         self.current.note_read(round_index)
@@ -1222,10 +1220,6 @@ class RoutedWidthPolicy(PolicyOfPolicies):
 
     def parts(self) -> list:
         return list(self.policies.values())
-
-    @property
-    def drafts(self) -> bool:  # (a CopyingWidthPolicy over this one hands it the unread rows)
-        return True
 
     def set_unread(self, rows: int | dict[str, int]) -> None:
         """``rows``: per drafter (WhiFlashProposer.unread_rows: each one's backlog), or one count for all."""

@@ -9,10 +9,12 @@ transformers still prepares inputs, the generation config, logits processors and
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 
 import torch
+from transformers.generation.stopping_criteria import StopStringCriteria, StoppingCriteriaList
 
 from .config import SPECULATIVE_MODES, SpeculativeConfig
 from .drafters.autoregressive import NoDraftProposer
@@ -212,6 +214,73 @@ def _speculative_generate(model, input_ids, logits_processor, stopping_criteria,
     )
 
 
+def _generation_setting(model, name: str, args: tuple, kwargs: dict):
+    """What stock ``generate`` would use for the generation-config field ``name``: the keyword argument, else the
+    ``generation_config`` passed (a field it leaves unset takes the model's), else the model's."""
+    if name in kwargs:
+        return kwargs[name]
+    passed = kwargs.get("generation_config", args[1] if len(args) > 1 else None)
+    value = getattr(passed, name, None)
+    return value if value is not None else getattr(model.generation_config, name, None)
+
+
+def _unset_generation_setting(model, name: str, args: list, kwargs: dict) -> None:
+    """Take the field ``name`` out of the call wherever ``_generation_setting`` may have found it: a copy of a passed
+    generation config without it, and ``name=None`` where the keyword or the model's own config carries it."""
+    if "generation_config" in kwargs or len(args) > 1:
+        passed = kwargs.get("generation_config", args[1] if len(args) > 1 else None)
+        if passed is not None and getattr(passed, name, None) is not None:
+            passed = copy.deepcopy(passed)
+            setattr(passed, name, None)
+            if "generation_config" in kwargs:
+                kwargs["generation_config"] = passed
+            else:
+                args[1] = passed
+    if name in kwargs or getattr(model.generation_config, name, None) is not None:
+        kwargs[name] = None
+
+
+def _apply_tokenizer_settings(model, args: tuple, kwargs: dict) -> tuple:
+    """Carry out here what stock ``generate`` needs the caller's ``tokenizer`` for. transformers (5.17-5.24) takes
+    ``tokenizer`` out of the call and hands a ``custom_generate`` callable only the callable's own extra parameters,
+    so with ``stop_strings`` or ``token_healing`` it stops with "could not locate a tokenizer" or "you must pass the
+    model's tokenizer", though the caller passed one. Stop strings become a ``StopStringCriteria`` made here from
+    that tokenizer, among the caller's stopping criteria (the engine judges those after every token, as stock does);
+    token healing heals the prompt here, with the model's own ``heal_tokens``, as stock does before decoding.
+    Without a tokenizer the settings stay, and stock's error asks for one. Returns the positional arguments."""
+    tokenizer = kwargs.get("tokenizer")
+    if tokenizer is None:
+        return args
+    args = list(args)
+    stop_strings = _generation_setting(model, "stop_strings", args, kwargs)
+    if stop_strings:
+        criteria = StoppingCriteriaList([StopStringCriteria(tokenizer=tokenizer, stop_strings=stop_strings)])
+        if len(args) > 3:
+            args[3] = StoppingCriteriaList([*(args[3] or []), *criteria])
+        else:
+            kwargs["stopping_criteria"] = StoppingCriteriaList([*(kwargs.get("stopping_criteria") or []), *criteria])
+        _unset_generation_setting(model, "stop_strings", args, kwargs)
+    if _generation_setting(model, "token_healing", args, kwargs):
+        name = "input_ids" if "input_ids" in kwargs else "inputs" if "inputs" in kwargs else None
+        prompt = kwargs[name] if name else args[0] if args else None
+        if not isinstance(prompt, torch.Tensor):
+            return tuple(args)  # no prompt ids to heal: stock generate says what is missing
+        mask = kwargs.get("attention_mask")
+        if isinstance(mask, torch.Tensor) and not bool(mask.all()):
+            raise ValueError("token_healing re-tokenizes each prompt, so this padded batch's attention_mask would no "
+                             "longer fit it: heal the prompts first (model.heal_tokens(input_ids, tokenizer)) and pad "
+                             "them again, or drop token_healing.")
+        healed = model.heal_tokens(prompt, tokenizer)
+        if name:
+            kwargs[name] = healed
+        else:
+            args[0] = healed
+        if mask is not None:
+            kwargs["attention_mask"] = torch.ones_like(healed)
+        _unset_generation_setting(model, "token_healing", args, kwargs)
+    return tuple(args)
+
+
 def speculative_generate(model, stock_generate, *args, **kwargs):
     """``generate`` with ``speculative_mode=`` for ``model``: without it, exactly ``stock_generate(*args, **kwargs)``
     (transformers' own generate, bound to the model); with it, transformers prepares the call and our engine decodes.
@@ -224,6 +293,7 @@ def speculative_generate(model, stock_generate, *args, **kwargs):
         raise ValueError("speculative_mode and custom_generate cannot be combined: pass one of them.")
     check_mask_shape(kwargs.get("input_ids", kwargs.get("inputs", args[0] if args else None)), kwargs.get("attention_mask"))
     check_media_inputs(kwargs)
+    args = _apply_tokenizer_settings(model, args, kwargs)
     assistant_model = kwargs.pop("assistant_model", None)
     streamer = kwargs.pop("streamer", None)
     decoder = _build_decoder(model, assistant_model, spec)

@@ -44,3 +44,24 @@ def test_custom_generate_needs_trust_remote_code_and_a_mode():
         target.generate(ids, custom_generate=REPO, max_new_tokens=4)
     with pytest.raises(ValueError, match="needs speculative_mode="):
         target.generate(ids, custom_generate=REPO, trust_remote_code=True, max_new_tokens=4)
+
+
+def test_custom_generate_repo_ends_at_stop_strings_as_stock_does():
+    """The repo's calls go through the same path as an enabled model's: stop strings with the caller's tokenizer
+    (which transformers does not hand a custom_generate callable) end the output where stock generate ends it."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    hub = Path(__file__).resolve().parents[1] / "hub_models"
+    target = AutoModelForCausalLM.from_pretrained(hub / "specgen-tiny", dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(hub / "specgen-tiny")
+    drafter = hf_specgen.load_drafter(str(hub / "specgen-tiny-dflash-b16"), dtype=torch.float32)
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": "Write a function that adds two numbers."}],
+                                        add_generation_prompt=True, return_tensors="pt", return_dict=True)["input_ids"]
+    free = target.generate(ids, max_new_tokens=32, do_sample=False)
+    stop = tokenizer.decode(free[0, ids.shape[1] + 8: ids.shape[1] + 10]).strip()
+    call = dict(max_new_tokens=32, do_sample=False, stop_strings=[stop], tokenizer=tokenizer)
+    reference = target.generate(ids, **call)
+    assert reference.shape[1] < free.shape[1]
+    out = target.generate(ids, custom_generate=REPO, trust_remote_code=True, assistant_model=drafter,
+                          speculative_mode="dflash", **call)
+    assert out.tolist() == reference.tolist()

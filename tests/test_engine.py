@@ -406,3 +406,49 @@ def test_plain_steps_pend_their_feature_rows_without_rejoining_the_whole_context
         assert len(proposer._pending_parts) == 1  # joined once
         proposer.pending = rows[0]
         assert torch.equal(proposer.pending, rows[0])
+
+
+@pytest.fixture(scope="module")
+def tiny_world_with_tokenizer():
+    """The tiny world's trained target in fp32, its tokenizer, DFlash drafter and draft LM (real text, real tokens)."""
+    from pathlib import Path
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    hub = Path(__file__).resolve().parents[1] / "hub_models"
+    target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained(hub / "specgen-tiny", dtype=torch.float32).eval())
+    drafters = {"dflash": hf_specgen.load_drafter(str(hub / "specgen-tiny-dflash-b16"), dtype=torch.float32),
+                "classic": AutoModelForCausalLM.from_pretrained(hub / "specgen-tiny-draft", dtype=torch.float32).eval(),
+                "autoregressive": None}
+    return target, AutoTokenizer.from_pretrained(hub / "specgen-tiny"), drafters
+
+
+@pytest.mark.parametrize("mode", ["dflash", "classic", "autoregressive"])
+def test_stop_strings_end_a_speculative_call_where_stock_generate_ends_it(tiny_world_with_tokenizer, mode):
+    """transformers hands a custom_generate callable none of the caller's tokenizer, so stop strings failed ("could
+    not locate a tokenizer") in every speculative call. The mixin makes them a criterion from that tokenizer: given as
+    a keyword, in a passed GenerationConfig or in the model's own, the output is stock's, cut inside the free answer;
+    without a tokenizer, stock's error asks for one."""
+    target, tokenizer, drafters = tiny_world_with_tokenizer
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": "A train goes 70 km an hour for 2 hours. How far?"}],
+                                        add_generation_prompt=True, return_tensors="pt", return_dict=True)["input_ids"]
+    free = target.generate(ids, max_new_tokens=40, do_sample=False)
+    stop = tokenizer.decode(free[0, ids.shape[1] + 10: ids.shape[1] + 13]).strip()[1:]  # starts inside a token
+    assert len(stop) >= 2
+    call = dict(max_new_tokens=40, do_sample=False, tokenizer=tokenizer)
+    reference = target.generate(ids, stop_strings=[stop], **call)
+    assert reference.shape[1] < free.shape[1] and tokenizer.decode(reference[0, ids.shape[1]:]).endswith(stop)
+    speculative = dict(speculative_mode=mode, assistant_model=drafters[mode])
+    assert target.generate(ids, stop_strings=[stop], **speculative, **call).tolist() == reference.tolist()
+    config = GenerationConfig(max_new_tokens=40, do_sample=False, stop_strings=[stop])
+    assert target.generate(ids, generation_config=config, tokenizer=tokenizer,
+                           **speculative).tolist() == reference.tolist()
+    assert config.stop_strings == [stop]  # the caller's config is left as it was
+    target.generation_config.stop_strings = [stop]
+    try:
+        assert target.generate(ids, **speculative, **call).tolist() == reference.tolist()
+        assert target.generate(ids, stop_strings=None, **speculative, **call).tolist() == free.tolist()
+        with pytest.raises(ValueError, match="tokenizer"):
+            target.generate(ids, max_new_tokens=40, do_sample=False, **speculative)
+    finally:
+        target.generation_config.stop_strings = None

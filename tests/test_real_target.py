@@ -219,3 +219,25 @@ def test_smollm2_example_runs_as_written(smollm2):
     wrong = subprocess.run([sys.executable, str(ROOT / "examples" / "smollm2.py"), "float16"], capture_output=True,
                            text=True, timeout=60)
     assert wrong.returncode != 0 and "usage: " in wrong.stderr and "float32|bfloat16" in wrong.stderr
+
+
+def test_token_healing_heals_a_speculative_calls_prompt_as_stock_generate_does(smollm2):
+    """transformers hands a custom_generate callable none of the caller's tokenizer, so token_healing failed in every
+    speculative call; the mixin heals the prompt with the model's own heal_tokens first. A prompt cut inside a word
+    ("http:") decodes to stock's healed tokens, and a padded batch, whose mask healing would no longer fit, is
+    refused with the fix."""
+    target, tokenizer = smollm2
+    assistant = hf_specgen.load_drafter(str(HUB / DRAFTERS["dflash"]), dtype=torch.float32)
+    encoded = tokenizer("The url is http:", return_tensors="pt")
+    call = dict(max_new_tokens=8, do_sample=False, token_healing=True, tokenizer=tokenizer)
+    reference = target.generate(**encoded, **call)
+    unhealed = target.generate(**encoded, max_new_tokens=8, do_sample=False)
+    prompt = encoded["input_ids"][0].tolist()
+    assert reference[0, :4].tolist() == prompt[:4] and reference[0, 4] != prompt[4]  # ":" healed (into "://")
+    assert reference.tolist() != unhealed.tolist()
+    for inputs in (dict(encoded), {"input_ids": encoded["input_ids"]}):
+        out = target.generate(**inputs, assistant_model=assistant, speculative_mode="dflash", **call)
+        assert out.tolist() == reference.tolist()
+    padded = tokenizer(["The url is http:", "Hi"], return_tensors="pt", padding=True)
+    with pytest.raises(ValueError, match="heal the prompts first"):
+        target.generate(**padded, assistant_model=assistant, speculative_mode="dflash", **call)

@@ -202,6 +202,13 @@ def _speculative_generate(model, input_ids, logits_processor, stopping_criteria,
                                                           or generation_config.output_logits):
             raise ValueError("output_scores / output_logits with speculative modes return one prompt's scores: call "
                              "generate once per prompt to get them, or drop them for the batch.")
+    if generation_config.return_dict_in_generate and (generation_config.output_hidden_states
+                                                      or generation_config.output_attentions):
+        # A verify computes a round's tokens in one forward over a static cache; stock's per-token tuples (every
+        # layer, the whole cache each step) would cost that forward's speed, so they are refused, not left empty.
+        raise ValueError("Speculative modes do not return the per-token hidden_states or attentions of stock "
+                         "generate: drop output_hidden_states / output_attentions, or call generate() without "
+                         "speculative_mode for them.")
     if model_kwargs.get("past_key_values") is not None and model_kwargs["past_key_values"].get_seq_length() > 0:
         raise ValueError("Speculative modes allocate their own KV caches: do not pass a filled past_key_values.")
     if model_kwargs.get("inputs_embeds") is not None:

@@ -112,6 +112,14 @@ def test_classifier_free_guidance_is_refused_before_decoding(pair):
                         speculative_mode="dflash")
 
 
+@pytest.mark.parametrize("asked", ["output_hidden_states", "output_attentions"])
+def test_per_token_hidden_states_or_attentions_are_refused_not_left_empty(pair, asked):
+    """Stock generate returns them per token; a speculative call returned an output whose field was None."""
+    with pytest.raises(ValueError, match="drop output_hidden_states / output_attentions"):
+        spec(*pair, return_dict_in_generate=True, **{asked: True})
+    assert spec(*pair, **{asked: True}).shape == (1, 9)  # without return_dict_in_generate stock returns none either
+
+
 def test_num_return_sequences(pair):
     with pytest.raises(ValueError, match="num_return_sequences=1"):
         spec(*pair, num_return_sequences=2, do_sample=True)

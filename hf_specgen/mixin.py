@@ -221,34 +221,37 @@ def _speculative_generate(model, input_ids, logits_processor, stopping_criteria,
     )
 
 
+def _passed_config(args, kwargs: dict):
+    """The ``generation_config`` a ``generate`` call passed (keyword or second positional argument), or None."""
+    return kwargs.get("generation_config", args[1] if len(args) > 1 else None)
+
+
 def _generation_setting(model, name: str, args: tuple, kwargs: dict):
     """What stock ``generate`` would use for the generation-config field ``name``: the keyword argument, else the
     ``generation_config`` passed (a field it leaves unset takes the model's), else the model's."""
     if name in kwargs:
         return kwargs[name]
-    passed = kwargs.get("generation_config", args[1] if len(args) > 1 else None)
-    value = getattr(passed, name, None)
+    value = getattr(_passed_config(args, kwargs), name, None)
     return value if value is not None else getattr(model.generation_config, name, None)
 
 
 def _unset_generation_setting(model, name: str, args: list, kwargs: dict) -> None:
     """Take the field ``name`` out of the call wherever ``_generation_setting`` may have found it: a copy of a passed
     generation config without it, and ``name=None`` where the keyword or the model's own config carries it."""
-    if "generation_config" in kwargs or len(args) > 1:
-        passed = kwargs.get("generation_config", args[1] if len(args) > 1 else None)
-        if passed is not None and getattr(passed, name, None) is not None:
-            passed = copy.deepcopy(passed)
-            setattr(passed, name, None)
-            if "generation_config" in kwargs:
-                kwargs["generation_config"] = passed
-            else:
-                args[1] = passed
+    passed = _passed_config(args, kwargs)
+    if getattr(passed, name, None) is not None:
+        passed = copy.deepcopy(passed)
+        setattr(passed, name, None)
+        if "generation_config" in kwargs:
+            kwargs["generation_config"] = passed
+        else:
+            args[1] = passed
     if name in kwargs or getattr(model.generation_config, name, None) is not None:
         kwargs[name] = None
 
 
 def _apply_tokenizer_settings(model, args: tuple, kwargs: dict) -> tuple:
-    """Carry out here what stock ``generate`` needs the caller's ``tokenizer`` for. transformers (5.17-5.24) takes
+    """Carry out here what stock ``generate`` needs the caller's ``tokenizer`` for. transformers (5.24; not checked on older releases) takes
     ``tokenizer`` out of the call and hands a ``custom_generate`` callable only the callable's own extra parameters,
     so with ``stop_strings`` or ``token_healing`` it stops with "could not locate a tokenizer" or "you must pass the
     model's tokenizer", though the caller passed one. Stop strings become a ``StopStringCriteria`` made here from
@@ -261,11 +264,11 @@ def _apply_tokenizer_settings(model, args: tuple, kwargs: dict) -> tuple:
     args = list(args)
     stop_strings = _generation_setting(model, "stop_strings", args, kwargs)
     if stop_strings:
-        criteria = StoppingCriteriaList([StopStringCriteria(tokenizer=tokenizer, stop_strings=stop_strings)])
+        criterion = StopStringCriteria(tokenizer=tokenizer, stop_strings=stop_strings)
         if len(args) > 3:
-            args[3] = StoppingCriteriaList([*(args[3] or []), *criteria])
+            args[3] = StoppingCriteriaList([*(args[3] or []), criterion])
         else:
-            kwargs["stopping_criteria"] = StoppingCriteriaList([*(kwargs.get("stopping_criteria") or []), *criteria])
+            kwargs["stopping_criteria"] = StoppingCriteriaList([*(kwargs.get("stopping_criteria") or []), criterion])
         _unset_generation_setting(model, "stop_strings", args, kwargs)
     if _generation_setting(model, "token_healing", args, kwargs):
         name = "input_ids" if "input_ids" in kwargs else "inputs" if "inputs" in kwargs else None
@@ -292,8 +295,7 @@ def speculative_generate(model, stock_generate, *args, **kwargs):
     """``generate`` with ``speculative_mode=`` for ``model``: without it, exactly ``stock_generate(*args, **kwargs)``
     (transformers' own generate, bound to the model); with it, transformers prepares the call and our engine decodes.
     Shared by :class:`SpecGenMixin` and the Hub ``custom_generate`` repo (a stock model, never enabled)."""
-    generation_config = kwargs.get("generation_config", args[1] if len(args) > 1 else None)
-    spec = _speculative_config(kwargs, generation_config or model.generation_config)
+    spec = _speculative_config(kwargs, _passed_config(args, kwargs) or model.generation_config)
     if spec is None:
         return stock_generate(*args, **kwargs)
     if kwargs.get("custom_generate") is not None:

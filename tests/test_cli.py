@@ -318,3 +318,27 @@ def test_a_bench_prompt_whose_passes_differ_takes_one_pass_whole():
     assert result.decode_tokens == [30] and result.acceptance == [[30]] and len(result.sequences[0]) == 31
     # its own time (the last pass's 8 tokens over the median time read 400 tokens a second, slower than every pass)
     assert 0.019 < result.decode_seconds[0] < 0.03
+
+
+def test_a_model_flag_that_names_nothing_ends_the_command_with_the_fix(tmp_path):
+    """A mistyped --target / --drafter ends with one line naming the flag and what it takes, at once: not a traceback
+    from transformers after half a minute of asking an unreachable Hub."""
+    import pytest
+
+    missing = tmp_path / "no-such-model"
+    started = time.perf_counter()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["compare", "--target", str(missing), "--num-prompts", "1", "--max-new-tokens", "4"])
+    message = str(exit_info.value.code)
+    assert message.startswith(f"--target {missing}: no model folder at {missing}")
+    assert "packaged target (smollm2-135m-instruct" in message and "--synthetic tiny" in message
+    assert time.perf_counter() - started < 20  # no Hub retries for a path that is plainly local
+
+    no_config = tmp_path / "empty-drafter"
+    no_config.mkdir()
+    (no_config / "model.safetensors").write_bytes(b"")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["compare", "--drafter", str(no_config), "--num-prompts", "1", "--max-new-tokens", "4"])
+    message = str(exit_info.value.code)
+    assert message.startswith(f"--drafter {no_config}: {no_config} has no config.json (it holds: model.safetensors)")
+    assert "packaged target" not in message  # only --target takes one

@@ -14,6 +14,7 @@ import copy
 import json
 import random
 import statistics
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -94,8 +95,36 @@ def apply_world_defaults(args) -> str | None:
     return world
 
 
+@contextmanager
+def _flag_errors(flag: str, value):
+    """A model that cannot be loaded ends the command with one line naming the flag and the fix, not a traceback
+    (a mistyped name otherwise surfaces as transformers' "couldn't connect to huggingface.co")."""
+    try:
+        yield
+    except (OSError, ValueError) as error:
+        from ..targets import KNOWN_TARGETS
+
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        takes = ["a local model folder", "a Hub id (when the Hub can be reached)"]
+        if flag == "--target":
+            takes.append(f"a packaged target ({', '.join(KNOWN_TARGETS)}; `specgen prepare` converts it)")
+        raise SystemExit(f"{flag} {value}: {detail}\n  {flag} takes {', '.join(takes[:-1])} or {takes[-1]}; leave the "
+                         "model flags out for the shipped models, or use --synthetic tiny for random ones") from None
+
+
+def _load_model(path: str, **kwargs):
+    """A causal LM from a folder or Hub id; a path that is plainly local and missing fails at once (transformers would
+    first spend about 30 s asking the Hub for it)."""
+    from transformers import AutoModelForCausalLM
+
+    folder = Path(path).expanduser()
+    if not folder.is_dir() and (folder.exists() or path.startswith((".", "/", "~")) or path.count("/") > 1):
+        raise FileNotFoundError(f"no model folder at {folder.resolve()}")
+    return AutoModelForCausalLM.from_pretrained(path, **kwargs)
+
+
 def load_models(args) -> BenchModels:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from ..loading import load_drafter
     from ..mixin import enable
@@ -122,18 +151,26 @@ def load_models(args) -> BenchModels:
     if world_name == "tiny" and shipped("target") is None:
         raise SystemExit(f"The tiny world's models are not in {folders}: pass --target/--drafter/--draft-model, "
                          "or --synthetic tiny for random stand-ins.")
-    target_path = shipped("target") if world_name == "tiny" else resolve_target(args.target or world_name)
+    with _flag_errors("--target", args.target):
+        target_path = shipped("target") if world_name == "tiny" else resolve_target(args.target or world_name)
     drafter_path = args.drafter or shipped("dflash")
     draft_path = args.draft_model or shipped("draft_lm")
     eagle_path = getattr(args, "eagle3", None) or shipped("eagle3")
     whiflash_path = getattr(args, "whiflash", None) or shipped("whiflash")
-    target = AutoModelForCausalLM.from_pretrained(target_path, dtype=dtype).to(args.device).eval()
-    tokenizer = AutoTokenizer.from_pretrained(target_path)
-    drafter = load_drafter(str(drafter_path), dtype=dtype).to(args.device).eval() if drafter_path else None
-    draft_lm = (AutoModelForCausalLM.from_pretrained(draft_path, dtype=dtype).to(args.device).eval()
-                if draft_path else None)
-    eagle = load_drafter(str(eagle_path), dtype=dtype).to(args.device).eval() if eagle_path else None
-    bundle = load_drafter(str(whiflash_path), dtype=dtype).to(args.device).eval() if whiflash_path else None
+
+    def load(flag: str, path, loader):
+        if not path:
+            return None
+        with _flag_errors(flag, path):
+            return loader(str(path), dtype=dtype).to(args.device).eval()
+
+    target = load("--target", target_path, _load_model)
+    with _flag_errors("--target", target_path):
+        tokenizer = AutoTokenizer.from_pretrained(target_path)
+    drafter = load("--drafter", drafter_path, load_drafter)
+    draft_lm = load("--draft-model", draft_path, _load_model)
+    eagle = load("--eagle3", eagle_path, load_drafter)
+    bundle = load("--whiflash", whiflash_path, load_drafter)
     names = {"target": world_name if world_name and world_name != "tiny" else str(target_path),
              "dflash": str(drafter_path), "draft_lm": str(draft_path), "eagle3": str(eagle_path),
              "whiflash": str(whiflash_path), "dtype": args.dtype}

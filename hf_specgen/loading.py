@@ -40,6 +40,13 @@ def load_drafter(path_or_repo: str | os.PathLike, **from_pretrained_kwargs):
                          " cannot be read; the download or copy was probably cut short, so fetch it again") from error
 
 
+def plainly_local(text: str) -> bool:
+    """Whether a model argument that is no folder here names a local path, not a Hub repo: a Hub id is "name" or
+    "namespace/name"; anything else (an existing file, absolute, ./relative, deeper paths) is meant locally."""
+    return (Path(text).expanduser().exists() or text.startswith((".", "/", "~")) or text.count("/") > 1
+            or os.sep != "/" and os.sep in text)
+
+
 def _checked_source(path_or_repo) -> str:
     """A local folder (checked: it exists and has a config.json) or a Hub repo id, as a string.
 
@@ -53,8 +60,7 @@ def _checked_source(path_or_repo) -> str:
             raise ValueError(f"{folder} has no config.json (it holds: {present}): a drafter folder needs the "
                              "config.json saved with its weights")
         return str(folder)
-    # A Hub id is "name" or "namespace/name"; anything else (absolute, ./relative, deeper paths) is meant locally.
-    if folder.exists() or text.startswith((".", "/", "~")) or text.count("/") > 1 or os.sep != "/" and os.sep in text:
+    if plainly_local(text):
         raise FileNotFoundError(f"no drafter folder at {folder}" + ("" if folder.exists() else
                                 f" ({folder.resolve()} does not exist)") + ": check the path")
     return text

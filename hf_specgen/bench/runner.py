@@ -117,8 +117,10 @@ def _load_model(path: str, **kwargs):
     first spend about 30 s asking the Hub for it)."""
     from transformers import AutoModelForCausalLM
 
+    from ..loading import plainly_local
+
     folder = Path(path).expanduser()
-    if not folder.is_dir() and (folder.exists() or path.startswith((".", "/", "~")) or path.count("/") > 1):
+    if not folder.is_dir() and plainly_local(path):
         raise FileNotFoundError(f"no model folder at {folder.resolve()}")
     return AutoModelForCausalLM.from_pretrained(path, **kwargs)
 

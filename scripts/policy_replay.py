@@ -10,7 +10,8 @@ default call with the drafter alone (``prompt_lookup=False``; batch 1, eager), e
 acceptance at its start allows within its width and costs what the measured table says (times lognormal noise,
 ``--noise``), and each call's estimate is carried into the next, in the benchmark's order (``--order round-robin``:
 the categories in turns). The ratio is stock's decode time (one plain step per token) over the policy's; prefill is
-left out of both.
+left out of both. ``--world tiny`` does the same for the tiny world's drafters on its code, math and prose prompts,
+in the order `specgen bench --target tiny` takes them.
 
 The data also hold the drafter's probability of every draft (files measured before 2026-11-28 do not): where they
 are there, EAGLE-3's replay stops its chain when unsure and verifies ``WidthPolicy.confident_width``'s choice, as the
@@ -29,6 +30,8 @@ calls under another cost table (this machine's, in ``--costs-dtype``, measured i
 the drafters' acceptance barely depends on the machine, the costs do.
 
     python scripts/policy_replay.py --per-category 4 --threads 2 --variant carried4=CARRIED_WEIGHT:4
+    python scripts/policy_replay.py --world tiny --per-category 10 --max-new-tokens 192 \
+        --data docs/benchmarks/policy_replay_tiny/seed0.json --whiflash
     python scripts/policy_replay.py --data docs/benchmarks/unsure_stop_avx2/seed0.json --whiflash --noise 0
 """
 
@@ -55,9 +58,18 @@ from hf_specgen.training.dflash_trainer import block_leading_matches, build_anch
 from hf_specgen.training.eagle3_trainer import chain_leading_matches, tapped_features, ttt_batch, ttt_forward
 from hf_specgen.training.lm import chat_examples
 
-DRAFTERS = {"dflash": "hub_models/smollm2-135m-instruct-dflash-b16",
-            "eagle3": "hub_models/smollm2-135m-instruct-eagle3"}
-WHIFLASH = "hub_models/smollm2-135m-instruct-whiflash"  # the same two drafters and a router
+# per world: its target, its DFlash and EAGLE-3 drafters, its WhiFlash bundle (the same two drafters and a router)
+# and the prompt sets its benchmark takes (``--world tiny``: the tiny world's, as `specgen bench --target tiny` runs)
+WORLDS = {
+    "smollm2": {"target": "smollm2-135m-instruct",
+                "drafters": {"dflash": "hub_models/smollm2-135m-instruct-dflash-b16",
+                             "eagle3": "hub_models/smollm2-135m-instruct-eagle3"},
+                "whiflash": "hub_models/smollm2-135m-instruct-whiflash", "prompts": ["specbench", "humaneval"]},
+    "tiny": {"target": "hub_models/specgen-tiny",
+             "drafters": {"dflash": "hub_models/specgen-tiny-dflash-b16", "eagle3": "hub_models/specgen-tiny-eagle3"},
+             "whiflash": "hub_models/specgen-tiny-whiflash", "prompts": ["tinyworld"]},
+}
+DRAFTERS = ("dflash", "eagle3")
 
 
 def _rounded(probabilities: torch.Tensor) -> list[list[float]]:
@@ -120,8 +132,8 @@ def add_votes(args, data: dict) -> None:
     answer's length checked)."""
     torch.set_num_threads(args.threads)
     target, tokenizer, _ = load_models(args, torch.float32)
-    bundle = hf_specgen.load_drafter(WHIFLASH, dtype=torch.float32).eval()
-    prompts = pick_prompts(["specbench", "humaneval"], args.per_category, args.seed)
+    bundle = hf_specgen.load_drafter(WORLDS[args.world]["whiflash"], dtype=torch.float32).eval()
+    prompts = pick_prompts(WORLDS[args.world]["prompts"], args.per_category, args.seed)
     if [r["category"] for r in prompts] != [c["category"] for c in data["calls"]]:
         raise ValueError("the data file's calls are not these prompts: pass the --per-category and --seed it was "
                          "made with")
@@ -147,9 +159,9 @@ def measure(args) -> dict:
     """Stock's answers, each drafter's acceptance after every answer token, and the policy's measured costs."""
     torch.set_num_threads(args.threads)
     target, tokenizer, drafters = load_models(args, torch.float32)
-    prompts = pick_prompts(["specbench", "humaneval"], args.per_category, args.seed)
+    prompts = pick_prompts(WORLDS[args.world]["prompts"], args.per_category, args.seed)
     calls = []
-    bundle = hf_specgen.load_drafter(WHIFLASH, dtype=torch.float32).eval()
+    bundle = hf_specgen.load_drafter(WORLDS[args.world]["whiflash"], dtype=torch.float32).eval()
     for n, record in enumerate(prompts):
         example = answered_example(target, tokenizer, record, args.max_new_tokens)
         answer = example[0][example[1]:]
@@ -181,10 +193,11 @@ def measure_costs(target, tokenizer, drafters: dict) -> dict:
 
 
 def load_models(args, dtype: torch.dtype):
-    path = resolve_target(args.target)
+    world = WORLDS[args.world]
+    path = resolve_target(world["target"])
     tokenizer = AutoTokenizer.from_pretrained(path)
     target = hf_specgen.enable(AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval())
-    drafters = {mode: hf_specgen.load_drafter(folder, dtype=dtype).eval() for mode, folder in DRAFTERS.items()}
+    drafters = {mode: hf_specgen.load_drafter(folder, dtype=dtype).eval() for mode, folder in world["drafters"].items()}
     return target, tokenizer, drafters
 
 
@@ -270,7 +283,7 @@ def shared_verify(data: dict) -> dict[str, float]:
     CPU one call's plain step came out 25% dearer than the other's)."""
     eagle3, dflash = ({int(w): s for w, s in data["costs"][m]["verify"].items()} for m in ("eagle3", "dflash"))
     scale = eagle3[max(eagle3)] / dflash[max(eagle3)]
-    return {str(w): eagle3.get(w, dflash[w] * scale) for w in sorted(set(eagle3) | set(dflash))}
+    return {str(w): eagle3[w] if w in eagle3 else dflash[w] * scale for w in sorted(set(eagle3) | set(dflash))}
 
 
 def replay_routed(data: dict, passes: int, noise: float, seed: int, order: str,
@@ -336,10 +349,11 @@ def fixed_width(data: dict, mode: str, width: int) -> dict[str, list[float]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--target", default="smollm2-135m-instruct")
+    parser.add_argument("--world", choices=sorted(WORLDS), default="smollm2",
+                        help="the real target's drafters on its benchmark prompts, or the tiny world's on its own")
     parser.add_argument("--per-category", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--max-new-tokens", type=int, default=96, help="(the tiny world's bench takes 192)")
     parser.add_argument("--eagle3-depth", type=int, default=7, help="drafts of the widest EAGLE-3 round")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--data", default="bench_results/policy_replay.json",

@@ -9,6 +9,7 @@ import math
 import random
 import statistics
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -1892,6 +1893,22 @@ def test_the_policy_replay_replays_whiflash_with_a_router_that_tells_the_drafter
     assert max(one_context) < min(routed[1:]) - 1.0
 
 
+def test_the_policy_replay_knows_both_worlds_and_shares_one_verify_table_across_their_widths():
+    """scripts/policy_replay.py's worlds name folders of this repository (``--world tiny``: the tiny world's target,
+    drafters and WhiFlash bundle), and WhiFlash's replay puts both drafters on EAGLE-3's verify table, DFlash's wider
+    widths scaled by the two tables' ratio at EAGLE-3's widest, whichever widths either table has (the tiny world's
+    EAGLE-3 table holds 3, 5, 6 and 7, which DFlash's does not)."""
+    replay = load_repo_module("scripts/policy_replay.py", "policy_replay")
+    root = Path(__file__).resolve().parents[1]
+    for world in replay.WORLDS.values():
+        folders = [*world["drafters"].values(), world["whiflash"]] + ([world["target"]] if "/" in world["target"] else [])
+        assert all((root / folder / "config.json").exists() for folder in folders), folders
+    data = {"costs": {"eagle3": {"verify": {"1": 1.0, "2": 1.2, "3": 1.3, "4": 1.4, "8": 2.0}},
+                      "dflash": {"verify": {"1": 1.1, "2": 1.3, "4": 1.5, "8": 2.5, "16": 3.0}}}}
+    assert replay.shared_verify(data) == pytest.approx(
+        {"1": 1.0, "2": 1.2, "3": 1.3, "4": 1.4, "8": 2.0, "16": 3.0 * 2.0 / 2.5})
+
+
 def test_a_call_whose_drafts_fail_soon_outweighs_the_hope_carried_from_one_whose_drafts_were_right():
     """Where a round of 8 rows and its drafting cost 1.9 plain steps: after a call whose every draft was right, a call
     whose every draft fails drafts in at most half of its first 40 rounds (the carried evidence is worth a few rounds;
@@ -1921,3 +1938,18 @@ def test_the_routed_policy_rates_a_batch_until_its_slowest_row_is_done():
     policy.set_rows([0], [40], False)  # one row: the mean row's rate
     assert all(p.rows is None for p in policy.policies.values())
     assert batch_rates != {name: p.rate(4) for name, p in policy.policies.items()}
+
+
+def test_a_single_miss_at_a_deep_slot_does_not_set_the_rate_of_every_slot_past_it():
+    """A block's deep slots are reached in few rounds. After four rounds of 8 rows that kept all their drafts and one
+    of 16 that missed at slot 9, slots 9-15 lean on the slots before them (SLOT_PRIOR_WEIGHT: two rounds' worth)
+    rather than on that one miss (at one round's worth, all were rated 0.5), so where a round of 16 rows costs 1.3
+    rounds of 8 the policy still verifies 16 (at one round's worth, 8: 1.25 times the tokens)."""
+    estimate = AcceptanceEstimate(16)
+    for _ in range(4):
+        estimate.observe(8, [7])
+    estimate.observe(16, [8])
+    rates = estimate.rates(16)
+    assert min(rates[:8]) > 0.8 and min(rates[8:]) > 0.6
+    costs = CostTable({1: 1.0, 2: 1.2, 4: 1.38, 8: 1.5, 16: 1.5 + 0.3 * (1.5 + 0.77)}, draft=0.77)
+    assert WidthPolicy((1, 2, 4, 8, 16), costs, estimate).choose() == 16

@@ -96,6 +96,18 @@ ACCEPTANCE_DECAY = 0.97  # per round: older rounds weigh less, so the estimate f
 # and whose gains lean on a prior the lighter they are carried, keeps 16.
 CARRIED_WEIGHT, TREE_CARRIED_WEIGHT = 4.0, 16.0
 PRIOR_ACCEPT, PRIOR_WEIGHT = 0.5, 1.0
+# rounds' worth of the prior of a block's or chain's slots past the first (AcceptanceEstimate.rates: each one's prior
+# is the rate of the slot before it; slot 1's, PRIOR_ACCEPT at PRIOR_WEIGHT, so that a drafter whose every draft is
+# wrong still falls back to plain steps within a few rounds). A deep slot is reached in few rounds: at one round's
+# worth a single miss there set its rate, and every slot past it inherited that rate. On the tiny world's math,
+# DFlash's slots past 8 (kept about 85% of the times they were reached) were rated 0.5-0.7 after such misses, and the
+# call verified rounds of 8 rows that kept all their drafts. Replayed without a clock (scripts/policy_replay.py
+# --world tiny, a round of 16 rows costing 1.2 rounds of 8 as the engine clocked them in fp32 on an AVX2 CPU):
+# DFlash's math 2.85x stock against 2.77x at one round's worth (its fixed block 2.86x), code and prose within 1.5%,
+# EAGLE-3's chain level; the real target's replays level for all three default calls. At 4, the tiny world's math
+# read 2.91x but the real target's DFlash math 4% less (docs/width-policy.md, "A block's deep slots lean on the
+# slots before them").
+SLOT_PRIOR_WEIGHT = 2.0
 POOLED_WEIGHT = 4.0  # rounds' worth of a pooled estimate's rates as a contextual estimate's prior (WhiFlash)
 # WhiFlash's default call: in each router vote, the drafter that has not run for this many of the vote's rounds
 # (counted across calls) drafts once (an exploring round, as wide as EXPLORE_WIDENING allows), so its estimate under
@@ -382,14 +394,15 @@ class AcceptanceEstimate(ProbeSchedule):
         self.row_estimates: dict[int, AcceptanceEstimate] = {}
 
     def rates(self, width: int) -> list[float]:
-        """p_1 .. p_{width-1}. A slot's prior is the rate of the slot before it (an even one for slot 1): acceptance
-        falls along a block, and slots a failing drafter never reaches must not keep a hopeful prior. With a pooled
-        estimate, its rate at the slot is the prior instead."""
+        """p_1 .. p_{width-1}. A slot's prior is the rate of the slot before it, worth SLOT_PRIOR_WEIGHT rounds (an
+        even one for slot 1, worth PRIOR_WEIGHT): acceptance falls along a block, and slots a failing drafter never
+        reaches must not keep a hopeful prior. With a pooled estimate, its rate at the slot is the prior instead."""
         rates, prior = [], PRIOR_ACCEPT
         pooled = self.pooled.rates(width) if self.pooled is not None else None
         for k in range(1, width):
             if pooled is None:
-                prior = (self.accepted[k] + prior * PRIOR_WEIGHT) / (self.reached[k] + PRIOR_WEIGHT)
+                weight = PRIOR_WEIGHT if k == 1 else SLOT_PRIOR_WEIGHT
+                prior = (self.accepted[k] + prior * weight) / (self.reached[k] + weight)
             else:
                 prior = (self.accepted[k] + pooled[k - 1] * self.pooled_weight) / (self.reached[k] + self.pooled_weight)
             rates.append(prior)

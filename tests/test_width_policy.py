@@ -1901,7 +1901,8 @@ def test_the_policy_replay_knows_both_worlds_and_shares_one_verify_table_across_
     replay = load_repo_module("scripts/policy_replay.py", "policy_replay")
     root = Path(__file__).resolve().parents[1]
     for world in replay.WORLDS.values():
-        folders = [*world["drafters"].values(), world["whiflash"]] + ([world["target"]] if "/" in world["target"] else [])
+        folders = [*world["drafters"].values(), world["whiflash"]]
+        folders += [world["target"]] if "/" in world["target"] else []  # (the real target is prepared, not here)
         assert all((root / folder / "config.json").exists() for folder in folders), folders
     data = {"costs": {"eagle3": {"verify": {"1": 1.0, "2": 1.2, "3": 1.3, "4": 1.4, "8": 2.0}},
                       "dflash": {"verify": {"1": 1.1, "2": 1.3, "4": 1.5, "8": 2.5, "16": 3.0}}}}

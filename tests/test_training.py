@@ -698,8 +698,7 @@ def test_the_committed_distillation_prompts_share_nothing_with_a_benchmark():
     # are spent) and 4,608 with --seed 5 to 22 each (2,000 math variants).
     assert Counter(r["domain"] for r in prompts) == {"math": 49873, "code": 8000, "general": 30221, "long": 34530}
     starts = [23854, 28160, 32000, 35840, 39680, 44288, 48896, 53504, 58112, 62720, 67328, 71936, 76544, 81152,
-              85760, 90368, 94976, 99584, 104192, 108800, 113408, 118016,
-              len(prompts)]
+              85760, 90368, 94976, 99584, 104192, 108800, 113408, 118016, len(prompts)]
     assert [sum(r["id"].startswith("gsm8k-variant-") for r in prompts[a:b])
             for a, b in zip(starts, starts[1:])] == [1500, 1500, 1700, 1700] + [2000] * 18
     assert len(prompts) % 256 == 0  # whole shards

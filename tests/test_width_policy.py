@@ -377,6 +377,34 @@ def test_costs_are_measured_once_saved_and_loaded(tmp_path, monkeypatch):
     assert "cpu|float32|batch4|eager" in width_policy.costs_of(target).tables
 
 
+def test_a_drafters_first_call_times_only_the_verify_widths_no_other_drafters_calls_timed(monkeypatch):
+    """A verify of w rows is the target's forward whichever drafter drafted them: an EAGLE-3 chain's first call after
+    a DFlash call times only the widths the DFlash call did not (a chain chooses among every width up to 8; DFlash's
+    buckets and the copies' width 16 are known), a WhiFlash call of both after them times none, and the tokens stay
+    stock's."""
+    from test_eagle3 import make_eagle3
+
+    target = make_target("llama", seed=3)
+    prompt = random_prompt(random.Random(1), 15)
+    stock = target.generate(prompt, max_new_tokens=20, do_sample=False).tolist()
+    timed, real = [], hf_specgen.engine.loop.measure_verify_costs
+
+    def spy(run_verify, widths, device, **timing):
+        timed.extend(widths)
+        return real(run_verify, widths, device, **timing)
+
+    monkeypatch.setattr(hf_specgen.engine.loop, "measure_verify_costs", spy)
+    dflash, eagle3 = make_dflash(target, block_size=8), make_eagle3(target)
+    calls = ((dflash, "dflash", [1, 2, 4, 8, 16]), (eagle3, "eagle3", [3, 5, 6, 7]),
+             (hf_specgen.WhiFlash(ar=eagle3, parallel=dflash), "whiflash", []))
+    for drafter, mode, widths in calls:
+        timed.clear()
+        out = target.generate(prompt, assistant_model=drafter, speculative_mode=mode, max_new_tokens=20)
+        assert sorted(set(timed)) == widths, mode  # (DFlash also times its lm_head over the block's rows: 8)
+        assert out.tolist() == stock, mode
+    assert len(width_policy.costs_of(target).tables) == 2  # each kind of drafter keeps its own drafting cost
+
+
 def test_an_explicit_width_keeps_the_fixed_block(qwen3_pair):
     target, drafter = qwen3_pair
     prompt = random_prompt(random.Random(2), 9)

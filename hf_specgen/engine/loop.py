@@ -812,7 +812,7 @@ class SpeculativeDecoder:
         policies = {}
         for name, proposer in drafters.items():
             policies[name] = self._drafter_policy(proposer, proposer.block_size, session, show, acceptance(name),
-                                                  borrow=next(iter(policies.values()), None), rivals=True)
+                                                  rivals=True)
         fixed = self.proposer.settings.router if self.proposer.settings.router in drafters else None
         routed = RoutedWidthPolicy(policies, estimates, pooled, self.proposer.vote, self.proposer.use_drafter, fixed)
         return self._with_copies(routed, next(iter(policies.values())).costs, session, show, copying)
@@ -829,8 +829,7 @@ class SpeculativeDecoder:
             return narrower(self.proposer, policy, self.width)
         policies = {}
         for name, proposer in self.proposer.proposers.items():
-            policies[name] = narrower(proposer, policy.policies[name], proposer.block_size, rivals=True,
-                                      borrow=next(iter(policies.values()), None))
+            policies[name] = narrower(proposer, policy.policies[name], proposer.block_size, rivals=True)
         return policy.with_policies(policies)
 
     def _with_copies(self, policy, costs, session: DecodingSession, show, copying: bool):
@@ -845,12 +844,13 @@ class SpeculativeDecoder:
                                                       refeeds=bool(self._state_layers)))
 
     def _drafter_policy(self, proposer, width: int, session: DecodingSession, show, acceptance,
-                        borrow: WidthPolicy | None = None, quick: bool = False,
-                        draft_fallback: float | None = None, rivals: bool = False) -> WidthPolicy:
+                        quick: bool = False, draft_fallback: float | None = None,
+                        rivals: bool = False) -> WidthPolicy:
         """The width policy of one proposer drafting blocks of up to ``width`` rows; ``acceptance(fresh estimate)``
-        gives the call's estimate. ``borrow``: a policy of the same call whose measured verify costs this one's table
-        takes where it lacks them (the same target forwards). ``quick``: costs the table lacks are timed in one
-        pass (``_measure_verify_costs``). ``draft_fallback``: the drafting cost to choose by where the table has
+        gives the call's estimate. Its cost table takes the verify costs it lacks from other drafters' tables of the
+        same target forward (``CostModel.table_sharing_verifies``: a router's other drafter in this call, or another
+        drafter's earlier calls). ``quick``: costs the table still lacks are timed in one pass
+        (``_measure_verify_costs``). ``draft_fallback``: the drafting cost to choose by where the table has
         none (WidthPolicy.draft_fallback). ``rivals``: the proposer is one of a router's drafters, whose policies'
         best rates are compared round by round (RoutedWidthPolicy)."""
         token_by_token = getattr(proposer, "drafts_token_by_token", False)
@@ -871,11 +871,9 @@ class SpeculativeDecoder:
         # drafter's with a draft vocabulary (a smaller lm_head product) under its own
         head_by_width = getattr(proposer, "drafts_head_by_width", False)
         drafter_kind = proposer.head.cost_kind if head_by_width else type(proposer).__name__
-        table = costs_of(self.target).table(cost_key(session.device, session.mask_dtype, session.batch_size,
-                                                     self.compile_steps, drafter_kind))
-        if borrow is not None:
-            for w, seconds in borrow.costs.verify.items():
-                table.verify.setdefault(w, seconds)
+        table = costs_of(self.target).table_sharing_verifies(cost_key(session.device, session.mask_dtype,
+                                                                      session.batch_size, self.compile_steps,
+                                                                      drafter_kind))
         self._measure_verify_costs(table, widths, session, show, quick)
         if table.draft_head is None and head_by_width and not self.compile_steps:
             # the lm_head over the block's W - 1 drafted rows: what a narrower round's drafting skips

@@ -226,6 +226,11 @@ def cost_key(device: torch.device, dtype: torch.dtype, batch_size: int, compiled
     return f"{key}|{drafter}" if drafter else key
 
 
+def _forward_key(key: str) -> str:
+    """A ``cost_key`` less its drafter: the target forward (device, dtype, batch bucket, step) its verifies time."""
+    return "|".join(key.split("|")[:4])
+
+
 @dataclass
 class CostTable:
     """Seconds of one target verify forward of w rows (``verify[w]``, the whole batch) and of one drafter forward."""
@@ -272,6 +277,21 @@ class CostModel:
 
     def table(self, key: str) -> CostTable:
         return self.tables.setdefault(key, CostTable())
+
+    def table_sharing_verifies(self, key: str) -> CostTable:
+        """The table under ``key``, given each verify width it lacks from the other drafters' tables of the same
+        target forward (device, dtype, batch bucket and step: the key less its drafter): a verify of w rows is the
+        target's forward whichever drafter drafted them, so a drafter's first call times only the widths no other
+        drafter's calls have. (Before, each kind of drafter timed every width again: on the real target in bf16 an
+        EAGLE-3 chain's first call after a DFlash call spent 1.7 s timing verifies the DFlash call had timed.) Each
+        table's later clocks still refine its own copy."""
+        table = self.table(key)
+        forward = _forward_key(key)
+        for other_key, other in self.tables.items():
+            if other is not table and _forward_key(other_key) == forward:
+                for width, seconds in other.verify.items():
+                    table.verify.setdefault(width, seconds)
+        return table
 
     def to_dict(self) -> dict:
         return {key: {"verify": {str(w): s for w, s in sorted(t.verify.items())}, "draft": t.draft,

@@ -405,6 +405,37 @@ def test_a_drafters_first_call_times_only_the_verify_widths_no_other_drafters_ca
     assert len(width_policy.costs_of(target).tables) == 2  # each kind of drafter keeps its own drafting cost
 
 
+def test_an_eager_calls_verify_timings_share_one_budget_warm_ups_included(monkeypatch):
+    """An EAGLE-3 chain's first call times its widths 1-8, then 16 for copied tokens: the second timing has what the
+    first left of the call's MEASURE_BUDGET_SECONDS, and both count their warm-ups in it, so a first call spends
+    about a second timing however many tables it fills; the next call, with every width known, times nothing."""
+    import time
+
+    from test_eagle3 import make_eagle3
+
+    target = make_target("llama", seed=3)
+    prompt = random_prompt(random.Random(1), 15)
+    timings, real = [], hf_specgen.engine.loop.measure_verify_costs
+
+    def spy(run_verify, widths, device, **timing):
+        started = time.perf_counter()
+        seconds = real(run_verify, widths, device, **timing)
+        timings.append((tuple(widths), timing, time.perf_counter() - started))
+        return seconds
+
+    monkeypatch.setattr(hf_specgen.engine.loop, "measure_verify_costs", spy)
+    drafter = make_eagle3(target)
+    out = target.generate(prompt, assistant_model=drafter, speculative_mode="eagle3", max_new_tokens=20)
+    assert out.tolist() == target.generate(prompt, max_new_tokens=20, do_sample=False).tolist()
+    (chain, first, spent), (copies, second, _) = timings
+    assert chain == tuple(range(1, 9)) and copies == (16,)
+    assert first == {"warmups_in_budget": True, "budget": width_policy.MEASURE_BUDGET_SECONDS}
+    assert second["warmups_in_budget"] and second["budget"] <= max(0.0, width_policy.MEASURE_BUDGET_SECONDS - spent)
+    timings.clear()
+    target.generate(prompt, assistant_model=drafter, speculative_mode="eagle3", max_new_tokens=20)
+    assert timings == []
+
+
 def test_an_explicit_width_keeps_the_fixed_block(qwen3_pair):
     target, drafter = qwen3_pair
     prompt = random_prompt(random.Random(2), 9)

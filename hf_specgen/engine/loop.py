@@ -42,9 +42,10 @@ from .support import (attention_layout, cache_keyword, check_target, hybrid_laye
 from .taps import decoder_layers, tapped
 from .tree import TreeProposal, accept_greedy, accept_sampling, accepted_within_budgets, compact_path
 from .verify import accept_block, check_processors, process_block_logits, target_choices
-from .width_policy import (COPIED, COPY_WIDTH, SURE_PROBABILITY, UNSURE_STOP, AcceptanceEstimate, CopyingWidthPolicy,
-                           RoutedWidthPolicy, TreeAcceptanceEstimate, WidthPolicy, batch_bucket, call_acceptance,
-                           cost_key, costs_of, measure_verify_costs, width_buckets)
+from .width_policy import (COPIED, COPY_WIDTH, MEASURE_BUDGET_SECONDS, SURE_PROBABILITY, UNSURE_STOP,
+                           AcceptanceEstimate, CopyingWidthPolicy, RoutedWidthPolicy, TreeAcceptanceEstimate,
+                           WidthPolicy, batch_bucket, call_acceptance, cost_key, costs_of, measure_verify_costs,
+                           width_buckets)
 
 LOG_SURE = math.log(SURE_PROBABILITY)
 
@@ -363,6 +364,7 @@ class SpeculativeDecoder:
                   max_cache_len):
         target, width = self.target, self.width
         batch, prompt_len = input_ids.shape
+        self._measuring_spent = 0.0  # seconds this call has spent timing verifies (_measure_verify_costs)
         stop = StopRule(generation_config, stopping_criteria, prompt_len, input_ids.device,
                         getattr(target.config, "max_position_embeddings", None))
         margin = getattr(self.proposer, "cache_margin", 0)
@@ -918,8 +920,14 @@ class SpeculativeDecoder:
             for _ in range(BUILDING_CALLS):
                 run_verify(w)
         if missing:
-            timing = self._quick_timing(quick) or dict(warmups=BUILDING_CALLS if self.compile_steps else 1)
+            started = time.perf_counter()
+            if self.compile_steps:  # its warm-ups compile (and record CUDA graphs): then a budget of its own
+                timing = dict(warmups=BUILDING_CALLS)
+            else:  # one budget for all of an eager call's timings, their warm-ups in it (MEASURE_BUDGET_SECONDS)
+                timing = self._quick_timing(quick) or dict(
+                    warmups_in_budget=True, budget=max(0.0, MEASURE_BUDGET_SECONDS - self._measuring_spent))
             table.verify.update(measure_verify_costs(run_verify, missing, session.device, **timing))
+            self._measuring_spent += time.perf_counter() - started
         built.update(widths)
         finish()
 

@@ -84,7 +84,10 @@ from .support import _remembered
 
 WIDTH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 COMPILED_WIDTH_BUCKETS = (1, 4)  # compiled steps: one graph per width, so fewer widths (the full block is added)
-MEASURE_BUDGET_SECONDS = 1.0  # the one-time cost measurement stops repeating past this
+# the one-time cost measurement stops repeating past this: per call, over all its timings (an eager call's warm-ups
+# included), so that a call whose drafter needs a table of its own and copies' widths too spends about a second
+# timing (EAGLE-3's first call on the real target, bf16: 1.3 s when each timing had a second of its own)
+MEASURE_BUDGET_SECONDS = 1.0
 COST_AVERAGING = 0.2  # weight of a new call's clock in the running cost of a width
 MAX_LEARNED_RATIO = 2.0  # a call moves a cost towards at most this multiple of the old one (a compile is no round)
 DRAFT_TIMING_ROUNDS = 3  # drafting rounds timed before the policy chooses (compiled: compile, record, replay)
@@ -327,11 +330,12 @@ def load_costs(model, path) -> None:
 
 
 def measure_verify_costs(run_verify, widths: tuple[int, ...], device: torch.device,
-                         warmups: int = 1, budget: float = MEASURE_BUDGET_SECONDS, min_passes: int = 1
-                         ) -> dict[int, float]:
+                         warmups: int = 1, budget: float = MEASURE_BUDGET_SECONDS, min_passes: int = 1,
+                         warmups_in_budget: bool = False) -> dict[int, float]:
     """Seconds of ``run_verify(w)`` for each width: ``warmups`` untimed calls at every width (allocations; a compiled
     step compiles on its first call and records its CUDA graph on the second), then timed passes, the fastest kept,
-    at least ``min_passes`` and repeated while the timed passes stay within ``budget`` seconds (0: no more)."""
+    at least ``min_passes`` and repeated while the timed passes (``warmups_in_budget``: and the warm-ups) stay within
+    ``budget`` seconds (0: no more)."""
 
     def timed(w: int) -> float:
         if device.type == "cuda":
@@ -342,10 +346,11 @@ def measure_verify_costs(run_verify, widths: tuple[int, ...], device: torch.devi
             torch.cuda.synchronize()
         return time.perf_counter() - start
 
+    warming = time.perf_counter()
     for _ in range(warmups):
         for w in widths:
             run_verify(w)
-    start = time.perf_counter()
+    start = warming if warmups_in_budget else time.perf_counter()
     best = {w: timed(w) for w in widths}
     passes = 1
     while passes < min_passes or (passes < 5 and time.perf_counter() - start + sum(best.values()) <= budget):

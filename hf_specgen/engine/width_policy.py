@@ -286,8 +286,8 @@ class CostModel:
         target forward (device, dtype, batch bucket and step: the key less its drafter): a verify of w rows is the
         target's forward whichever drafter drafted them, so a drafter's first call times only the widths no other
         drafter's calls have. (Before, each kind of drafter timed every width again: on the real target in bf16 an
-        EAGLE-3 chain's first call after a DFlash call spent 1.7 s timing verifies the DFlash call had timed.) Each
-        table's later clocks still refine its own copy."""
+        EAGLE-3 chain's first call after a DFlash call spent about 1.6 s timing verifies the DFlash call had
+        timed.) Each table's later clocks still refine its own copy."""
         table = self.table(key)
         forward = _forward_key(key)
         for other_key, other in self.tables.items():

@@ -424,6 +424,7 @@ def test_an_eager_calls_verify_timings_share_one_budget_warm_ups_included(monkey
         return seconds
 
     monkeypatch.setattr(hf_specgen.engine.loop, "measure_verify_costs", spy)
+    monkeypatch.setattr(hf_specgen.engine.loop, "RETIMINGS", 0)  # (a width read dear by chance: timed again)
     drafter = make_eagle3(target)
     out = target.generate(prompt, assistant_model=drafter, speculative_mode="eagle3", max_new_tokens=20)
     assert out.tolist() == target.generate(prompt, max_new_tokens=20, do_sample=False).tolist()
@@ -434,6 +435,40 @@ def test_an_eager_calls_verify_timings_share_one_budget_warm_ups_included(monkey
     timings.clear()
     target.generate(prompt, assistant_model=drafter, speculative_mode="eagle3", max_new_tokens=20)
     assert timings == []
+
+
+def test_a_verify_width_timed_dearer_than_a_wider_one_is_timed_again(monkeypatch):
+    """A stall in a width's only timed pass would stand for good: a width that reads dear is seldom chosen, so no
+    round's clock corrects it. Timings made up here: each width costs 1 + w/10 ms, but the first timing of width 3
+    stalls (5x) and width 6 is slow every time (a kernel that really is). Width 3 is timed again and takes its cost;
+    width 6 is timed RETIMINGS more times and keeps what it measured; no other width is timed again."""
+    from test_eagle3 import make_eagle3
+
+    from hf_specgen.engine.loop import RETIMINGS, SpeculativeDecoder
+
+    target = make_target("llama", seed=3)
+    prompt = random_prompt(random.Random(1), 15)
+    timed = []
+
+    def made_up(run_verify, widths, device, **timing):
+        first = not timed
+        timed.append(tuple(widths))
+        return {w: (1 + w / 10) * 1e-3 * (5 if w == 6 or (w == 3 and first) else 1) for w in widths}
+
+    retime, measured = SpeculativeDecoder._retime_dear_widths, []
+
+    def noted(table, widths, run_verify, device):
+        retime(table, widths, run_verify, device)
+        measured.append(dict(table.verify))  # (before any round's clock refines it)
+
+    monkeypatch.setattr(hf_specgen.engine.loop, "measure_verify_costs", made_up)
+    monkeypatch.setattr(SpeculativeDecoder, "_retime_dear_widths", staticmethod(noted))
+    drafter = make_eagle3(target)
+    out = target.generate(prompt, assistant_model=drafter, speculative_mode="eagle3", max_new_tokens=20)
+    assert out.tolist() == target.generate(prompt, max_new_tokens=20, do_sample=False).tolist()
+    assert timed[: 1 + RETIMINGS] == [tuple(range(1, 9)), (3, 6), *[(6,)] * (RETIMINGS - 1)]
+    assert all(3 not in widths and 6 not in widths for widths in timed[1 + RETIMINGS:])  # (the copies' width 16)
+    assert measured[0] == pytest.approx({w: (1 + w / 10) * 1e-3 * (5 if w == 6 else 1) for w in range(1, 9)})
 
 
 def test_an_explicit_width_keeps_the_fixed_block(qwen3_pair):

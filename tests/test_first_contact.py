@@ -68,6 +68,8 @@ def test_examples_run_offline_as_written(tmp_path):
     assert len(exact.findall(out["quickstart"])) == 1
     assert "using the models embedded in hf_specgen" in out["quickstart"]  # no GPU here, and it says so
     assert "using the 8M-parameter tiny world" in out["quickstart"]
+    assert re.search(r"tokens/s with the prefill: stock generate [\d.]+, DFlash [\d.]+ in the first call .*, [\d.]+ in "
+                     r"the next", out["quickstart"])
     assert "identical to stock greedy generate: True" in out["classic"]
     assert out["eagle3"].count("identical to stock greedy generate: True") == 2
     assert len(exact.findall(out["whiflash"])) == 2

@@ -938,11 +938,11 @@ class SpeculativeDecoder:
     @staticmethod
     def _retime_dear_widths(table, measured: tuple[int, ...], run_verify, device: torch.device) -> None:
         """Time again, up to RETIMINGS times, each width just measured that reads DEAR_MARGIN times dearer than a
-        wider one in the table, keeping its fastest timing: a verify of fewer rows does no more work, so this is mostly a stall in its
-        only timed pass (the tiny world's EAGLE-3 widths 3 and 6 once read 1.70 and 1.76 plain steps beside 1.13 and
-        1.27 for 4 and 8, bf16, a data job on the other core), and a width that reads dear is seldom chosen, so the
-        rounds' clocks would never correct it. A width that stays dear (a kernel that really is slower there) keeps
-        what it measured."""
+        wider one in the table, keeping its fastest timing. A verify of fewer rows does no more work, so this is
+        mostly a stall in its only timed pass (the tiny world's EAGLE-3 widths 3 and 6 once read 1.70 and 1.76 plain
+        steps beside 1.13 and 1.27 for 4 and 8, bf16, a data job on the other core), and a width that reads dear is
+        seldom chosen, so the rounds' clocks would never correct it. A width that stays dear (a kernel that really
+        is slower there) keeps what it measured."""
         for _ in range(RETIMINGS):
             dear = tuple(w for w in measured if any(table.verify[w] > DEAR_MARGIN * seconds
                                                     for v, seconds in table.verify.items() if v > w))

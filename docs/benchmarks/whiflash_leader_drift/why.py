@@ -6,8 +6,8 @@ for the engine as it is, math's rounds by drafter, kind (preferred, exploring, a
 width, with the math call each EAGLE-3-preferred round fell in.
 
 COSTS: docs/benchmarks/policy_replay_tiny/costs_clocked.json (fp32, AVX2 kernels, clocked by the engine on
-2026-12-02) or costs_bf16.json beside this file (bf16, measured by `policy_replay.py --costs` on a 2-core AMD EPYC with
-AVX512-BF16 on 2026-12-02, a data job on the other core). A table measured after verify costs were shared across
+2026-12-02) or costs_bf16.json beside this file (bf16, measured by `policy_replay.py --costs` on a 2-core Intel Xeon
+with AVX512-BF16 on 2026-12-02, a data job on the other core). A table measured after verify costs were shared across
 drafters holds DFlash's widths in EAGLE-3's table too; EAGLE-3's are cut to its chain's 8 rows here. The variants of
 leader_drift.patch need it applied (`git apply docs/benchmarks/whiflash_leader_drift/leader_drift.patch`), then
 `python docs/benchmarks/whiflash_leader_drift/why.py COSTS nodrift=LEADER_DRIFT:1e9`.

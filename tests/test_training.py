@@ -695,12 +695,12 @@ def test_the_committed_distillation_prompts_share_nothing_with_a_benchmark():
     prompts = read_jsonl(folder / "prompts.jsonl.gz")
     # The first 23,854 (the card's first build), then 4,306 appended with --seed 1, 3,840 with --seed 2 (1,500 math
     # variants each time), 3,840 with --seed 3 and --seed 4 each (1,700 math variants, no code: the standard library's
-    # are spent) and 4,608 with --seed 5 to 24 each (2,000 math variants).
-    assert Counter(r["domain"] for r in prompts) == {"math": 53873, "code": 8000, "general": 32621, "long": 37346}
+    # are spent) and 4,608 with --seed 5 to 25 each (2,000 math variants).
+    assert Counter(r["domain"] for r in prompts) == {"math": 55873, "code": 8000, "general": 33821, "long": 38754}
     starts = [23854, 28160, 32000, 35840, 39680, 44288, 48896, 53504, 58112, 62720, 67328, 71936, 76544, 81152,
-              85760, 90368, 94976, 99584, 104192, 108800, 113408, 118016, 122624, 127232, len(prompts)]
+              85760, 90368, 94976, 99584, 104192, 108800, 113408, 118016, 122624, 127232, 131840, len(prompts)]
     assert [sum(r["id"].startswith("gsm8k-variant-") for r in prompts[a:b])
-            for a, b in zip(starts, starts[1:])] == [1500, 1500, 1700, 1700] + [2000] * 20
+            for a, b in zip(starts, starts[1:])] == [1500, 1500, 1700, 1700] + [2000] * 21
     assert len(prompts) % 256 == 0  # whole shards
     assert not [r["id"] for r in prompts if shares_text_with_a_benchmark(r["prompt"])]
     shards = sorted((folder / "data").glob("train-*.jsonl.gz"))
